@@ -1,0 +1,127 @@
+#pragma once
+// The Config struct: every field of SPEC section 5 with its documented
+// default. Load() reads YAML with yaml-cpp and validates everything; errors
+// name the file, the line and the dotted field ("routes[1].mode"). Components
+// receive an immutable std::shared_ptr<const Config>.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace fencegate::config {
+
+using Duration = std::chrono::milliseconds;
+
+// A parsed listen address: "127.0.0.1:8080", "[::1]:8080", "0.0.0.0:0".
+// Port 0 asks the kernel for a free port. Host must be a literal IPv4/IPv6
+// address or "localhost".
+struct Endpoint {
+  std::string host;   // without brackets, e.g. "::1"
+  uint16_t port = 0;
+  std::string ToString() const;  // "[::1]:8080" / "127.0.0.1:8080"
+};
+
+struct UpstreamConfig {
+  std::string url;                     // required, e.g. "http://127.0.0.1:9000"
+  // Derived from url by Load():
+  std::string host;                    // "127.0.0.1"
+  uint16_t port = 80;                  // explicit port or 80 for http
+  std::string base_path;               // url path without trailing '/', "" for root
+  Duration connect_timeout{1000};      // default 1s
+  Duration timeout{30000};             // default 30s: whole upstream exchange
+  uint32_t max_idle_connections = 64;  // idle keep-alive connections kept
+};
+
+struct FencingConfig {
+  std::string token_header = "Fencing-Token";
+  bool forward_token = true;  // pass the token header on to the backend
+};
+
+enum class RouteMode { kEnforce, kShadow, kOff };
+
+struct RouteConfig {
+  std::string name;          // default "route-<index>"
+  std::string path_prefix;   // exactly one of path_prefix / path_regex
+  std::string path_regex;    // ECMAScript regex matched against the canonical path (search from start)
+  std::vector<std::string> methods{"PUT", "POST", "PATCH", "DELETE"};  // upper-case
+  std::string key = "{path}";  // template, validated by Load()
+  RouteMode mode = RouteMode::kEnforce;
+  std::optional<Duration> idempotency;  // nullopt = off (SPEC section 7, planned)
+  int line = 0;              // line of the route in the file, for messages
+};
+
+enum class Durability { kSync, kAsync };
+
+struct EtcdConfig {
+  std::vector<std::string> endpoints{"http://127.0.0.1:2379"};
+  std::string prefix = "fencegate/";
+};
+
+struct StorageConfig {
+  std::string engine = "rocksdb";  // "rocksdb" | "etcd"
+  std::string path = "./fencegate-data";  // relative paths: relative to the working directory
+  Durability durability = Durability::kSync;
+  EtcdConfig etcd;
+};
+
+struct AdminConfig {
+  std::string listen = "127.0.0.1:9901";  // "" = admin listener off
+  std::optional<Endpoint> endpoint;        // derived; nullopt when off
+  std::string token;                       // "" = admin writes disabled
+};
+
+struct LocksConfig {
+  std::string listen;                  // "" = lock service off
+  std::optional<Endpoint> endpoint;    // derived
+};
+
+struct LimitsConfig {
+  uint64_t max_header_bytes = 16384;
+  uint64_t max_body_bytes = 10485760;
+  Duration header_timeout{10000};
+  Duration idle_timeout{60000};
+  uint64_t max_connections = 10000;
+};
+
+struct LogConfig {
+  std::string level = "info";  // trace|debug|info|warn|error|critical|off
+  bool access_log = true;
+};
+
+struct Config {
+  std::string source;                 // file name the config came from
+  std::string listen = "127.0.0.1:8080";
+  Endpoint endpoint;                  // derived from listen
+  unsigned threads = 0;               // 0 = one per core
+  UpstreamConfig upstream;
+  FencingConfig fencing;
+  std::vector<RouteConfig> routes;
+  StorageConfig storage;
+  AdminConfig admin;
+  LocksConfig locks;
+  LimitsConfig limits;
+  LogConfig log;
+};
+
+struct ConfigError {
+  std::string message;  // "FILE:LINE: field 'upstream.url': ..."
+};
+
+using LoadResult = std::variant<Config, ConfigError>;
+
+// Reads and validates a YAML file. Never throws.
+LoadResult Load(const std::string& path);
+// Same, from text; `name` stands for the file name in messages.
+LoadResult LoadFromString(std::string_view yaml, std::string_view name);
+
+// "250ms", "10s", "5m", "24h", "1h30m" -> milliseconds. nullopt when malformed.
+std::optional<Duration> ParseDuration(std::string_view text);
+// "127.0.0.1:8080", "[::1]:0", "localhost:80". nullopt when malformed.
+std::optional<Endpoint> ParseEndpoint(std::string_view text);
+
+}  // namespace fencegate::config

@@ -1,0 +1,80 @@
+#pragma once
+// Routing and key templates (SPEC section 3). A Router is built once from the
+// config's routes (immutable, shared by all threads) and answers, for a
+// method and canonical path, which route applies and what key it fences.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+
+namespace fencegate::proxy {
+
+inline constexpr size_t kMaxKeyBytes = 1024;
+
+// A compiled key template: literal text, {path}, {1}..{9}, {header:Name}.
+class KeyTemplate {
+ public:
+  // Returns nullopt and sets *error for a malformed template.
+  static std::optional<KeyTemplate> Compile(std::string_view text, std::string* error);
+
+  // Looks up a request header by (case-insensitive) name; nullopt if absent.
+  using HeaderLookup = std::function<std::optional<std::string_view>(std::string_view name)>;
+
+  enum class ExpandError { kNone, kMissingHeader, kEmpty, kTooLong, kBadByte };
+  // Expands with the canonical path, the route regex captures (index 1..9;
+  // a capture that did not participate expands to ""), and headers.
+  // Errors: a referenced header is absent (kMissingHeader), the key is
+  // empty, longer than kMaxKeyBytes, or contains a control byte/NUL.
+  ExpandError Expand(std::string_view path, const std::vector<std::string>& captures,
+                     const HeaderLookup& headers, std::string* out) const;
+
+  int max_capture() const { return max_capture_; }  // highest {N} used, 0 if none
+
+ private:
+  struct Part {
+    enum Kind { kLiteral, kPath, kCapture, kHeader } kind;
+    std::string text;  // literal text or header name
+    int index = 0;     // capture index
+  };
+  std::vector<Part> parts_;
+  int max_capture_ = 0;
+};
+
+struct Route {
+  std::string name;
+  std::string prefix;                  // used when !regex
+  std::optional<std::regex> regex;     // matched from the start of the path
+  std::vector<std::string> methods;    // upper-case
+  KeyTemplate key;
+  config::RouteMode mode = config::RouteMode::kEnforce;
+};
+
+struct RouteMatch {
+  const Route* route = nullptr;        // nullptr: no route matched -> pass through
+  std::vector<std::string> captures;   // [0] = whole match, [1..] groups
+  bool fenced = false;                 // a route matched and its mode is not off
+};
+
+class Router {
+ public:
+  // Builds from config routes; nullptr + *error when a route is invalid.
+  static std::unique_ptr<Router> Build(const std::vector<config::RouteConfig>& routes,
+                                       std::string* error);
+  // The first route whose path matches AND whose method set contains
+  // `method` wins (SPEC: first match wins). A route with mode off therefore
+  // exempts what it matches from later routes. fenced = (mode != off).
+  RouteMatch Match(std::string_view method, std::string_view canonical_path) const;
+
+  const std::vector<Route>& routes() const { return routes_; }
+
+ private:
+  std::vector<Route> routes_;
+};
+
+}  // namespace fencegate::proxy

@@ -1,0 +1,77 @@
+#pragma once
+// TokenStore: the persistent map key -> highest accepted fencing token.
+//
+// The proxy knows storage only through this header (no engine types leak).
+// All operations are asynchronous: the caller passes a handler that the store
+// invokes exactly once, on a thread owned by the store (or, for an immediate
+// error such as a store that is shutting down, possibly on the caller's thread
+// before the call returns). Callers that need to continue on their own
+// executor post from inside the handler. No operation ever blocks the caller
+// on disk or network I/O, so an Asio I/O thread may call any of them.
+//
+// All methods are thread-safe.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "storage/status.h"
+
+namespace fencegate::storage {
+
+// Outcome of Advance/Raise when the Status is ok.
+struct Fence {
+  bool accepted = false;  // Advance: token >= stored. Raise: always true.
+  uint64_t current = 0;   // the stored maximum after the operation
+};
+
+class TokenStore {
+ public:
+  using FenceHandler = std::function<void(const Status&, Fence)>;
+  using GetHandler = std::function<void(const Status&, std::optional<uint64_t>)>;
+
+  virtual ~TokenStore() = default;
+
+  // Atomic check-and-advance for one key. If the key is absent or
+  // token >= stored, stores max(stored, token) and reports
+  // {accepted=true, current=max}; otherwise stores nothing and reports
+  // {accepted=false, current=stored}. With sync durability the new value is
+  // in the fsynced WAL before the handler runs (group commit: concurrent
+  // advances share one fsync). On a non-ok Status the Fence is meaningless:
+  // the caller must treat the write as refused (fail closed). The stored
+  // value never decreases, under any interleaving of callers.
+  virtual void Advance(std::string key, uint64_t token, FenceHandler handler) = 0;
+
+  // Administrative raise: stores max(stored, token), never refuses, never
+  // lowers. Reports {accepted=true, current=new maximum}. Same durability.
+  virtual void Raise(std::string key, uint64_t token, FenceHandler handler) = 0;
+
+  // Reads the stored maximum; nullopt when the key was never seen.
+  virtual void Get(std::string key, GetHandler handler) = 0;
+
+  // Cheap readiness probe: ok while the store can serve reads and writes.
+  // Does not block on I/O (reports the last known state).
+  virtual Status Health() const = 0;
+
+  // Blocks until every acknowledged advance is durable, then returns. Called
+  // at shutdown from a non-I/O thread. After Close() further operations fail
+  // with Unavailable.
+  virtual Status Close() = 0;
+};
+
+enum class Durability { kSync, kAsync };
+
+struct StoreOptions {
+  std::string engine = "rocksdb";  // "rocksdb" (embedded) | "etcd" (planned)
+  std::string path = "./fencegate-data";
+  Durability durability = Durability::kSync;
+};
+
+// Opens the engine that options name. On failure returns nullptr and sets
+// *error (for example: data dir locked by another process, unreadable,
+// corrupt, or an engine that is not built).
+std::unique_ptr<TokenStore> OpenStore(const StoreOptions& options, Status* error);
+
+}  // namespace fencegate::storage
