@@ -3,6 +3,9 @@
 // default. Load() reads YAML with yaml-cpp and validates everything; errors
 // name the file, the line and the dotted field ("routes[1].mode"). Components
 // receive an immutable std::shared_ptr<const Config>.
+//
+// Fields marked "derived" (endpoints, upstream host/port/base_path) are
+// filled by Load() only; a Config built by hand must set them itself.
 
 #include <chrono>
 #include <cstdint>
@@ -24,6 +27,8 @@ struct Endpoint {
   std::string host;   // without brackets, e.g. "::1"
   uint16_t port = 0;
   std::string ToString() const;  // "[::1]:8080" / "127.0.0.1:8080"
+
+  bool operator==(const Endpoint&) const = default;
 };
 
 struct UpstreamConfig {
@@ -35,31 +40,42 @@ struct UpstreamConfig {
   Duration connect_timeout{1000};      // default 1s
   Duration timeout{30000};             // default 30s: whole upstream exchange
   uint32_t max_idle_connections = 64;  // idle keep-alive connections kept
+
+  bool operator==(const UpstreamConfig&) const = default;
 };
 
 struct FencingConfig {
   std::string token_header = "Fencing-Token";
   bool forward_token = true;  // pass the token header on to the backend
+
+  bool operator==(const FencingConfig&) const = default;
 };
 
 enum class RouteMode { kEnforce, kShadow, kOff };
+std::string_view ToString(RouteMode mode);  // "enforce" | "shadow" | "off"
 
 struct RouteConfig {
   std::string name;          // default "route-<index>"
   std::string path_prefix;   // exactly one of path_prefix / path_regex
-  std::string path_regex;    // ECMAScript regex matched against the canonical path (search from start)
+  std::string path_regex;    // ECMAScript regex matched against the canonical path
+                             // (search from start); compiled by Load() to validate it
   std::vector<std::string> methods{"PUT", "POST", "PATCH", "DELETE"};  // upper-case
   std::string key = "{path}";  // template, validated by Load()
   RouteMode mode = RouteMode::kEnforce;
   std::optional<Duration> idempotency;  // nullopt = off (SPEC section 7, planned)
   int line = 0;              // line of the route in the file, for messages
+
+  bool operator==(const RouteConfig&) const = default;
 };
 
 enum class Durability { kSync, kAsync };
+std::string_view ToString(Durability durability);  // "sync" | "async"
 
 struct EtcdConfig {
   std::vector<std::string> endpoints{"http://127.0.0.1:2379"};
   std::string prefix = "fencegate/";
+
+  bool operator==(const EtcdConfig&) const = default;
 };
 
 struct StorageConfig {
@@ -67,17 +83,23 @@ struct StorageConfig {
   std::string path = "./fencegate-data";  // relative paths: relative to the working directory
   Durability durability = Durability::kSync;
   EtcdConfig etcd;
+
+  bool operator==(const StorageConfig&) const = default;
 };
 
 struct AdminConfig {
   std::string listen = "127.0.0.1:9901";  // "" = admin listener off
   std::optional<Endpoint> endpoint;        // derived; nullopt when off
   std::string token;                       // "" = admin writes disabled
+
+  bool operator==(const AdminConfig&) const = default;
 };
 
 struct LocksConfig {
   std::string listen;                  // "" = lock service off
   std::optional<Endpoint> endpoint;    // derived
+
+  bool operator==(const LocksConfig&) const = default;
 };
 
 struct LimitsConfig {
@@ -86,11 +108,15 @@ struct LimitsConfig {
   Duration header_timeout{10000};
   Duration idle_timeout{60000};
   uint64_t max_connections = 10000;
+
+  bool operator==(const LimitsConfig&) const = default;
 };
 
 struct LogConfig {
   std::string level = "info";  // trace|debug|info|warn|error|critical|off
   bool access_log = true;
+
+  bool operator==(const LogConfig&) const = default;
 };
 
 struct Config {
@@ -106,6 +132,8 @@ struct Config {
   LocksConfig locks;
   LimitsConfig limits;
   LogConfig log;
+
+  bool operator==(const Config&) const = default;
 };
 
 struct ConfigError {
@@ -120,8 +148,16 @@ LoadResult Load(const std::string& path);
 LoadResult LoadFromString(std::string_view yaml, std::string_view name);
 
 // "250ms", "10s", "5m", "24h", "1h30m" -> milliseconds. nullopt when malformed.
+// Grammar: one or more DIGITS UNIT with UNIT in h, m, s, ms, units strictly
+// largest first ("1h30m" yes, "30m1h" / "1s1s" no). No sign, spaces,
+// fractions or bare numbers. "0s" parses (callers decide whether zero is
+// allowed; Load() requires timeouts > 0). Values above about 292 years (what
+// std::chrono::nanoseconds holds) are overflow -> nullopt.
 std::optional<Duration> ParseDuration(std::string_view text);
 // "127.0.0.1:8080", "[::1]:0", "localhost:80". nullopt when malformed.
+// Host: dotted-quad IPv4, bracketed IPv6 (no zone), or exactly "localhost"
+// (kept as the string "localhost"; the listener resolves it). Port: 1-5
+// digits, 0..65535.
 std::optional<Endpoint> ParseEndpoint(std::string_view text);
 
 }  // namespace fencegate::config

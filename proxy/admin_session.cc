@@ -1,1 +1,252 @@
-// placeholder
+#include "proxy/admin_session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/url/pct_string_view.hpp>
+
+#include "proxy/token.h"
+
+namespace fencegate::proxy {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+namespace {
+constexpr std::string_view kKeysPrefix = "/v1/keys/";
+constexpr std::string_view kFenceSuffix = "/fence";
+constexpr size_t kMaxAdminBody = 64 * 1024;
+}  // namespace
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  // Length is not secret-dependent in a way we can hide cheaply; compare all
+  // bytes of the longer input so timing depends on lengths only.
+  size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence) {
+  if (target.substr(0, kKeysPrefix.size()) != kKeysPrefix) return false;
+  std::string_view rest = target.substr(kKeysPrefix.size());
+  *fence = false;
+  if (rest.size() > kFenceSuffix.size() &&
+      rest.substr(rest.size() - kFenceSuffix.size()) == kFenceSuffix) {
+    rest.remove_suffix(kFenceSuffix.size());
+    *fence = true;
+  }
+  if (rest.empty() || rest.find('/') != std::string_view::npos ||
+      rest.find('?') != std::string_view::npos) {
+    return false;
+  }
+  auto pct = boost::urls::make_pct_string_view(rest);
+  if (!pct) return false;
+  *key = pct->decode();
+  return !key->empty();
+}
+
+AdminSession::AdminSession(tcp::socket&& socket, AdminContext& context)
+    : stream_(std::move(socket)), ctx_(context) {}
+
+AdminSession::~AdminSession() { ctx_.sessions.erase(this); }
+
+void AdminSession::Run() {
+  ctx_.sessions.insert(this);
+  DoRead();
+}
+
+void AdminSession::Close() {
+  beast::error_code ignored;
+  stream_.socket().close(ignored);
+}
+
+void AdminSession::DoRead() {
+  parser_.emplace();
+  parser_->header_limit(static_cast<uint32_t>(ctx_.config->limits.max_header_bytes));
+  parser_->body_limit(kMaxAdminBody);
+  stream_.expires_after(ctx_.config->limits.header_timeout);
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+}
+
+void AdminSession::OnRead(beast::error_code ec) {
+  if (ec == http::error::end_of_stream || ec == asio::error::eof) {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    return;
+  }
+  if (ec) {
+    keep_alive_ = false;
+    if (ec == beast::error::timeout || ec == asio::error::operation_aborted) return;
+    return Send(MakeError(http::status::bad_request, "bad_request",
+                          "malformed admin request: " + ec.message()));
+  }
+  keep_alive_ = parser_->get().keep_alive();
+  Handle();
+}
+
+void AdminSession::Handle() {
+  const auto& req = parser_->get();
+  std::string_view target = req.target();
+  std::string key;
+  bool fence = false;
+  if (target == "/healthz") {
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
+    }
+    return Send(MakeJson(http::status::ok, {{"status", "ok"}}));
+  }
+  if (target == "/readyz") return HandleReady();
+  if (target == "/v1/test/store-faults" && ctx_.set_faults) return HandleFaults();
+  if (ParseAdminKeyTarget(target, &key, &fence)) return HandleKey(key, fence);
+  if (target.substr(0, kKeysPrefix.size()) == kKeysPrefix) {
+    return Send(MakeError(http::status::bad_request, "bad_key",
+                          "the key must be percent-encoded as one path segment, e.g. "
+                          "/v1/keys/%2Fobjects%2Fa"));
+  }
+  Send(MakeError(http::status::not_found, "not_found",
+                 "no admin endpoint " + std::string(target)));
+}
+
+bool AdminSession::Authorized() {
+  const std::string& token = ctx_.config->admin.token;
+  if (token.empty()) {
+    Send(MakeError(http::status::forbidden, "admin_writes_disabled",
+                   "admin writes are disabled: set admin.token in the config"));
+    return false;
+  }
+  const auto& req = parser_->get();
+  auto it = req.find(http::field::authorization);
+  std::string_view value = it == req.end() ? std::string_view{} : std::string_view(it->value());
+  constexpr std::string_view kBearer = "Bearer ";
+  bool ok = value.size() > kBearer.size() && beast::iequals(value.substr(0, kBearer.size()), kBearer) &&
+            ConstantTimeEquals(value.substr(kBearer.size()), token);
+  if (!ok) {
+    Reply r = MakeError(http::status::unauthorized, "unauthorized",
+                        "admin writes need the header Authorization: Bearer <admin.token>");
+    r.set(http::field::www_authenticate, "Bearer realm=\"fencegate-admin\"");
+    Send(std::move(r));
+  }
+  return ok;
+}
+
+void AdminSession::HandleKey(const std::string& key, bool fence) {
+  const auto& req = parser_->get();
+  auto executor = stream_.get_executor();
+  if (!fence) {
+    if (req.method() != http::verb::get) {
+      return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
+    }
+    ctx_.store->Get(key, [self = shared_from_this(), key](const storage::Status& st,
+                                                          std::optional<uint64_t> token) {
+      if (!st.ok()) return self->Send(MakeStoreError(st));
+      if (!token) {
+        return self->Send(MakeError(http::status::not_found, "not_found",
+                                    "no token was ever accepted for this key", {{"key", key}}));
+      }
+      self->Send(MakeJson(http::status::ok, {{"key", key}, {"token", *token}}));
+    });
+    return;
+  }
+  if (req.method() != http::verb::post) {
+    return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use POST"));
+  }
+  if (!Authorized()) return;
+  json body = json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
+  std::optional<uint64_t> token;
+  if (body.is_object() && body.contains("token")) {
+    const json& t = body["token"];
+    if (t.is_number_unsigned()) {
+      token = t.get<uint64_t>();
+    } else if (t.is_string()) {
+      TokenParse p = ParseTokenValue(t.get_ref<const std::string&>());
+      if (p.status == TokenStatus::kOk) token = p.value;
+    }
+  }
+  if (!token) {
+    return Send(MakeError(http::status::bad_request, "bad_token",
+                          "body must be {\"token\": N} with N an unsigned 64-bit integer"));
+  }
+  ctx_.store->Raise(key, *token, [self = shared_from_this(), key](const storage::Status& st,
+                                                                  storage::Fence f) {
+    if (!st.ok()) return self->Send(MakeStoreError(st));
+    spdlog::info("admin: fence for key {} raised to at least {}", key, f.current);
+    self->Send(MakeJson(http::status::ok, {{"key", key}, {"token", f.current}}));
+  });
+}
+
+void AdminSession::HandleFaults() {
+  if (parser_->get().method() != http::verb::put) {
+    return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use PUT"));
+  }
+  if (!Authorized()) return;
+  json body = json::parse(parser_->get().body(), nullptr, false);
+  if (!body.is_object()) {
+    return Send(MakeError(http::status::bad_request, "bad_request", "body must be a JSON object"));
+  }
+  storage::FaultSpec spec;
+  spec.fail_writes = body.value("fail_writes", false);
+  spec.fail_reads = body.value("fail_reads", false);
+  spec.delay = std::chrono::milliseconds(body.value("delay_ms", 0));
+  ctx_.set_faults(spec);
+  spdlog::warn("test faults set: fail_writes={} fail_reads={} delay_ms={}", spec.fail_writes,
+               spec.fail_reads, spec.delay.count());
+  Send(MakeJson(http::status::ok, body));
+}
+
+void AdminSession::HandleReady() {
+  storage::Status st = ctx_.store->Health();
+  if (!st.ok()) {
+    return Send(MakeJson(http::status::service_unavailable,
+                         {{"status", "not_ready"}, {"store", st.ToString()}}));
+  }
+  // The upstream is ready when it accepts a TCP connection in time.
+  auto resolver = std::make_shared<tcp::resolver>(stream_.get_executor());
+  auto probe = std::make_shared<beast::tcp_stream>(stream_.get_executor());
+  probe->expires_after(ctx_.config->upstream.connect_timeout);
+  const auto& up = ctx_.config->upstream;
+  resolver->async_resolve(
+      up.host, std::to_string(up.port),
+      [self = shared_from_this(), resolver, probe](beast::error_code ec,
+                                                   tcp::resolver::results_type results) {
+        auto done = [self, probe](beast::error_code ec) {
+          if (ec) {
+            return self->Send(MakeJson(http::status::service_unavailable,
+                                       {{"status", "not_ready"}, {"store", "ok"},
+                                        {"upstream", ec.message()}}));
+          }
+          self->Send(MakeJson(http::status::ok,
+                              {{"status", "ready"}, {"store", "ok"}, {"upstream", "ok"}}));
+        };
+        if (ec) return done(ec);
+        probe->async_connect(results, [done](beast::error_code ec, const tcp::endpoint&) {
+          done(ec);
+        });
+      });
+}
+
+void AdminSession::Send(Reply reply) {
+  // Store handlers run on the store's thread: come back to our executor.
+  asio::post(stream_.get_executor(), [self = shared_from_this(), r = std::move(reply)]() mutable {
+    r.keep_alive(self->keep_alive_);
+    self->reply_ = std::move(r);
+    http::async_write(self->stream_, self->reply_, [self](beast::error_code ec, size_t) {
+      if (ec || !self->keep_alive_) {
+        beast::error_code ignored;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        return;
+      }
+      self->DoRead();
+    });
+  });
+}
+
+}  // namespace fencegate::proxy

@@ -24,13 +24,15 @@ enum class PathError {
 };
 
 // Canonicalizes a request target in origin-form ("/a//b/./c?x=1"):
-//  - splits off the query (kept raw, not canonicalized, never part of keys)
+//  - splits off the query (kept raw, not canonicalized, never part of keys;
+//    only NUL, control bytes, space and DEL are refused in it, since it is
+//    forwarded verbatim in the request line)
 //  - percent-decodes unreserved characters (ALPHA DIGIT - . _ ~); other
 //    percent-escapes are kept, with hex digits upper-cased ("%c3" -> "%C3")
 //  - merges repeated slashes, removes "." and ".." segments (after decoding,
 //    so "%2e%2e" is ".."); a ".." that would leave the root is an error
 //  - keeps a trailing slash ("/a/b/" stays "/a/b/")
-// Returns kNone and fills *out on success.
+// Returns kNone and fills *out on success; on error *out is left untouched.
 PathError CanonicalizeTarget(std::string_view target, CanonicalTarget* out);
 
 // Human-readable reason for a PathError, for the 400 body.

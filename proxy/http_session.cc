@@ -1,1 +1,507 @@
-// placeholder
+#include "proxy/http_session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/write.hpp>
+#include <nlohmann/json.hpp>
+
+#include "proxy/headers.h"
+
+namespace fencegate::proxy {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+bool IsTimeout(const beast::error_code& ec) {
+  return ec == beast::error::timeout || ec == asio::error::timed_out;
+}
+
+double Millis(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// Responses that never carry a body, whatever their headers say.
+bool BodilessStatus(unsigned status) {
+  return status / 100 == 1 || status == 204 || status == 304;
+}
+
+}  // namespace
+
+HttpSession::HttpSession(tcp::socket&& socket, ProxyContext& context, Worker& worker)
+    : stream_(std::move(socket)), ctx_(context), worker_(worker), config_(*context.config) {
+  ctx_.active_connections.fetch_add(1, std::memory_order_relaxed);
+}
+
+HttpSession::~HttpSession() {
+  worker_.sessions.erase(this);
+  ctx_.active_connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void HttpSession::Run() {
+  worker_.sessions.insert(this);
+  beast::error_code ignored;
+  stream_.socket().set_option(tcp::no_delay(true), ignored);
+  DoReadHeader();
+}
+
+void HttpSession::Drain() {
+  if (idle_) Close();
+}
+
+char* HttpSession::Buffer() {
+  if (!body_buffer_) body_buffer_ = std::make_unique<char[]>(kBodyBufferSize);
+  return body_buffer_.get();
+}
+
+// ---------------------------------------------------------------------------
+// Request head and the decision.
+
+void HttpSession::DoReadHeader() {
+  if (ctx_.draining.load(std::memory_order_relaxed) && buffer_.size() == 0) return Close();
+  req_parser_.emplace();
+  req_parser_->header_limit(static_cast<uint32_t>(config_.limits.max_header_bytes));
+  req_parser_->body_limit(config_.limits.max_body_bytes);
+  intent_ = WriteIntent{};
+  outcome_.clear();
+  status_ = 0;
+  bytes_in_ = bytes_out_ = 0;
+  response_started_ = false;
+  response_close_delimited_ = false;
+  expect_continue_ = false;
+  upstream_started_ = upstream_ended_ = Clock::time_point{};
+  idle_ = buffer_.size() == 0;
+  stream_.expires_after(config_.limits.header_timeout);
+  http::async_read_header(stream_, buffer_, *req_parser_,
+                          [self = shared_from_this()](ec_t ec, size_t) { self->OnReadHeader(ec); });
+}
+
+void HttpSession::OnReadHeader(ec_t ec) {
+  idle_ = false;
+  started_ = Clock::now();
+  if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+      ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
+    return Close();
+  }
+  if (IsTimeout(ec)) return Close();
+  in_request_ = true;
+  ctx_.requests_in_flight.fetch_add(1, std::memory_order_relaxed);
+  request_keep_alive_ = false;
+  if (ec == http::error::header_limit) {
+    return SendReply(MakeError(http::status::request_header_fields_too_large, "headers_too_large",
+                               "the request head is larger than limits.max_header_bytes (" +
+                                   std::to_string(config_.limits.max_header_bytes) + ")"),
+                     "bad_request");
+  }
+  if (ec == http::error::body_limit) {
+    return SendReply(MakeError(http::status::payload_too_large, "body_too_large",
+                               "the request body is larger than limits.max_body_bytes (" +
+                                   std::to_string(config_.limits.max_body_bytes) + ")"),
+                     "bad_request");
+  }
+  if (ec == http::error::bad_target) {
+    // Beast refuses control bytes (NUL among them) in the target itself.
+    return SendReply(MakeError(http::status::bad_request, "bad_path",
+                               "the request target contains a byte that is not allowed"),
+                     "bad_request");
+  }
+  if (ec) {
+    return SendReply(MakeError(http::status::bad_request, "bad_request",
+                               "malformed HTTP request: " + ec.message()),
+                     "bad_request");
+  }
+  auto& req = req_parser_->get();
+  request_keep_alive_ = req.keep_alive();
+
+  PathError perr = CanonicalizeTarget(req.target(), &target_);
+  if (perr != PathError::kNone) {
+    return SendReply(MakeError(http::status::bad_request, "bad_path", PathErrorMessage(perr)),
+                     "bad_request");
+  }
+  intent_ = Classify(ctx_.fence_settings, *ctx_.router, req.method_string(), target_.path,
+                     req.base());
+  if (!intent_.shadow_violation.empty()) {
+    ctx_.fence->CountShadowViolation();
+    spdlog::warn("shadow: would have refused {} {} ({}), forwarding", req.method_string(),
+                 target_.path, intent_.shadow_violation);
+  }
+  switch (intent_.kind) {
+    case WriteIntent::Kind::kReject:
+      return SendReply(std::move(*intent_.reply), intent_.outcome);
+    case WriteIntent::Kind::kPassThrough:
+      return StartForward();
+    case WriteIntent::Kind::kFence:
+      ctx_.fence->Check(intent_, stream_.get_executor(),
+                        [self = shared_from_this()](FenceVerdict v) {
+                          self->OnVerdict(std::move(v));
+                        });
+      return;
+  }
+}
+
+void HttpSession::OnVerdict(FenceVerdict verdict) {
+  if (!verdict.shadow_violation.empty()) {
+    intent_.shadow_violation = verdict.shadow_violation;
+    spdlog::warn("shadow: would have refused {} key={} token={} ({}, current {}), forwarding",
+                 req_parser_->get().method_string(), intent_.key, intent_.token,
+                 verdict.shadow_violation, verdict.current);
+  }
+  if (!verdict.forward) return SendReply(std::move(*verdict.reply), verdict.outcome);
+  lease_ = std::move(verdict.lease);
+  StartForward();
+}
+
+void HttpSession::SendReply(Reply reply, std::string_view outcome) {
+  outcome_ = outcome;
+  status_ = reply.result_int();
+  // Unread body bytes would be taken for the next request: close instead.
+  bool keep_alive = request_keep_alive_ && req_parser_ && req_parser_->is_done() &&
+                    !ctx_.draining.load(std::memory_order_relaxed);
+  reply.version(req_parser_ && req_parser_->get().version() == 10 ? 10 : 11);
+  reply.keep_alive(keep_alive);
+  reply_ = std::move(reply);
+  bytes_out_ += reply_.body().size();
+  stream_.expires_after(config_.limits.idle_timeout);
+  http::async_write(stream_, reply_, [self = shared_from_this(), keep_alive](ec_t ec, size_t) {
+    if (ec) return self->Close();
+    self->FinishRequest(keep_alive);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Forwarding: upstream connection, request head and body.
+
+void HttpSession::StartForward() {
+  outcome_ = "forwarded";
+  upstream_started_ = Clock::now();
+  worker_.pool.Acquire([self = shared_from_this()](ec_t ec, UpstreamPool::Connection c, bool) {
+    self->OnUpstream(ec, std::move(c));
+  });
+}
+
+void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection) {
+  if (ec) return FailUpstream(ec, "connect");
+  upstream_ = std::move(connection);
+  up_buffer_.clear();
+
+  auto& req = req_parser_->get();
+  up_req_ = {};
+  if (req.method() != http::verb::unknown) {
+    up_req_.method(req.method());
+  } else {
+    up_req_.method_string(req.method_string());
+  }
+  std::string target = config_.upstream.base_path + target_.path;
+  if (target_.has_query) target.append("?").append(target_.query);
+  up_req_.target(target);
+  up_req_.version(11);
+  CopyEndToEndFields(req.base(), up_req_.base(),
+                     config_.fencing.forward_token ? std::string_view{}
+                                                   : std::string_view{config_.fencing.token_header});
+  if (up_req_.find(http::field::host) == up_req_.end()) {
+    up_req_.set(http::field::host,
+                config_.upstream.host + ":" + std::to_string(config_.upstream.port));
+  }
+  if (auto length = req_parser_->content_length()) {
+    up_req_.content_length(*length);
+  } else if (req_parser_->chunked()) {
+    up_req_.chunked(true);
+  }
+  expect_continue_ = ExpectsContinue(req.base()) && !req_parser_->is_done();
+  up_req_.body().data = nullptr;
+  up_req_.body().size = 0;
+  up_req_.body().more = !req_parser_->is_done();
+  up_sr_.emplace(up_req_);
+  upstream_->expires_after(config_.upstream.timeout);
+  http::async_write_header(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
+    self->OnUpstreamHeaderWritten(ec);
+  });
+}
+
+void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
+  if (ec) return FailUpstream(ec, "write request head");
+  if (expect_continue_) {
+    // The client waits for our go-ahead before it sends the body.
+    expect_continue_ = false;
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    stream_.expires_after(config_.limits.idle_timeout);
+    return asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                             [self = shared_from_this()](ec_t ec, size_t) {
+                               if (ec) return self->FailUpstream(ec, "client gone");
+                               self->DoRequestBody();
+                             });
+  }
+  DoRequestBody();
+}
+
+void HttpSession::DoRequestBody() {
+  if (up_sr_->is_done()) return DoReadResponseHeader();
+  if (!req_parser_->is_done()) {
+    auto& body = req_parser_->get().body();
+    body.data = Buffer();
+    body.size = kBodyBufferSize;
+    stream_.expires_after(config_.limits.idle_timeout);
+    http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
+      self->OnRequestBodyRead(ec);
+    });
+    return;
+  }
+  up_req_.body().data = nullptr;
+  up_req_.body().size = 0;
+  up_req_.body().more = false;
+  upstream_->expires_after(config_.upstream.timeout);
+  http::async_write(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
+    self->OnRequestBodyWritten(ec);
+  });
+}
+
+void HttpSession::OnRequestBodyRead(ec_t ec) {
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec == http::error::body_limit) {
+    // Counted as it streamed: the upstream got a partial body; drop that
+    // connection so the partial request can never complete.
+    EndUpstream(false);
+    request_keep_alive_ = false;
+    return SendReply(MakeError(http::status::payload_too_large, "body_too_large",
+                               "the request body is larger than limits.max_body_bytes (" +
+                                   std::to_string(config_.limits.max_body_bytes) + ")"),
+                     "bad_request");
+  }
+  if (ec) {
+    // The client went away or sent a broken body: abandon the exchange.
+    spdlog::debug("client body read failed: {}", ec.message());
+    EndUpstream(false);
+    outcome_ = "client_error";
+    return Close();
+  }
+  auto& body = req_parser_->get().body();
+  size_t n = kBodyBufferSize - body.size;
+  bytes_in_ += n;
+  up_req_.body().data = Buffer();
+  up_req_.body().size = n;
+  up_req_.body().more = !req_parser_->is_done();
+  upstream_->expires_after(config_.upstream.timeout);
+  http::async_write(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
+    self->OnRequestBodyWritten(ec);
+  });
+}
+
+void HttpSession::OnRequestBodyWritten(ec_t ec) {
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec) return FailUpstream(ec, "write request body");
+  DoRequestBody();
+}
+
+// ---------------------------------------------------------------------------
+// Forwarding: response head and body.
+
+void HttpSession::DoReadResponseHeader() {
+  res_parser_.emplace();
+  res_parser_->header_limit(
+      static_cast<uint32_t>(std::max<uint64_t>(config_.limits.max_header_bytes, 64 * 1024)));
+  res_parser_->body_limit(boost::none);
+  if (req_parser_->get().method() == http::verb::head) res_parser_->skip(true);
+  upstream_->expires_after(config_.upstream.timeout);
+  http::async_read_header(*upstream_, up_buffer_, *res_parser_,
+                          [self = shared_from_this()](ec_t ec, size_t) {
+                            self->OnResponseHeader(ec);
+                          });
+}
+
+void HttpSession::OnResponseHeader(ec_t ec) {
+  if (ec) return FailUpstream(ec, "read response head");
+  auto& res = res_parser_->get();
+  unsigned status = res.result_int();
+  if (status / 100 == 1) {
+    if (status == 101) return FailUpstream(http::error::bad_version, "upgrade not supported");
+    return DoReadResponseHeader();  // interim response: wait for the final one
+  }
+  const auto& req = req_parser_->get();
+  bool client_http11 = req.version() >= 11;
+  down_res_ = {};
+  down_res_.result(status);
+  down_res_.reason(res.reason());
+  down_res_.version(client_http11 ? 11 : 10);
+  CopyEndToEndFields(res.base(), down_res_.base());
+  bool keep_alive = request_keep_alive_ && !ctx_.draining.load(std::memory_order_relaxed);
+  if (req.method() == http::verb::head || BodilessStatus(status)) {
+    if (auto length = res.find(http::field::content_length); length != res.end()) {
+      down_res_.set(http::field::content_length, length->value());
+    }
+  } else if (auto length = res_parser_->content_length()) {
+    down_res_.content_length(*length);
+  } else {
+    // Chunked or delimited by EOF upstream: chunk it for HTTP/1.1 clients,
+    // delimit by close for HTTP/1.0 ones.
+    response_close_delimited_ = !res_parser_->chunked();
+    if (client_http11) {
+      down_res_.chunked(true);
+    } else {
+      keep_alive = false;
+    }
+  }
+  down_res_.keep_alive(keep_alive);
+  request_keep_alive_ = keep_alive;
+  status_ = status;
+  down_res_.body().data = nullptr;
+  down_res_.body().size = 0;
+  down_res_.body().more = true;
+  down_sr_.emplace(down_res_);
+  stream_.expires_after(config_.limits.idle_timeout);
+  http::async_write_header(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
+    if (ec) {
+      self->EndUpstream(false);
+      return self->Close();
+    }
+    self->response_started_ = true;
+    self->DoResponseBody();
+  });
+}
+
+void HttpSession::DoResponseBody() {
+  if (down_sr_->is_done()) return FinishRequest(request_keep_alive_);
+  if (!res_parser_->is_done()) {
+    auto& body = res_parser_->get().body();
+    body.data = Buffer();
+    body.size = kBodyBufferSize;
+    upstream_->expires_after(config_.upstream.timeout);
+    http::async_read(*upstream_, up_buffer_, *res_parser_,
+                     [self = shared_from_this()](ec_t ec, size_t) {
+                       self->OnResponseBodyRead(ec);
+                     });
+    return;
+  }
+  EndUpstream(true);
+  down_res_.body().data = nullptr;
+  down_res_.body().size = 0;
+  down_res_.body().more = false;
+  stream_.expires_after(config_.limits.idle_timeout);
+  http::async_write(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
+    self->OnResponseBodyWritten(ec);
+  });
+}
+
+void HttpSession::OnResponseBodyRead(ec_t ec) {
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec) {
+    // The head is already with the client: all we can do is cut the
+    // connection so the client sees a truncated response, not a whole one.
+    spdlog::warn("upstream failed mid-response for {}: {}", target_.path, ec.message());
+    EndUpstream(false);
+    outcome_ = "upstream_error";
+    return Close();
+  }
+  auto& body = res_parser_->get().body();
+  size_t n = kBodyBufferSize - body.size;
+  bytes_out_ += n;
+  if (res_parser_->is_done()) EndUpstream(true);
+  down_res_.body().data = Buffer();
+  down_res_.body().size = n;
+  down_res_.body().more = !res_parser_->is_done();
+  stream_.expires_after(config_.limits.idle_timeout);
+  http::async_write(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
+    self->OnResponseBodyWritten(ec);
+  });
+}
+
+void HttpSession::OnResponseBodyWritten(ec_t ec) {
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec) {
+    EndUpstream(false);
+    return Close();
+  }
+  DoResponseBody();
+}
+
+// ---------------------------------------------------------------------------
+// Endings.
+
+void HttpSession::EndUpstream(bool reusable) {
+  if (lease_.held()) lease_.Release();  // the backend is done with this write
+  if (!upstream_) return;
+  upstream_ended_ = Clock::now();
+  reusable = reusable && res_parser_ && res_parser_->is_done() && res_parser_->keep_alive() &&
+             !response_close_delimited_ && up_sr_ && up_sr_->is_done() && up_buffer_.size() == 0;
+  if (reusable) {
+    worker_.pool.Release(std::move(upstream_));
+  } else {
+    beast::error_code ignored;
+    upstream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    upstream_->socket().close(ignored);
+    upstream_.reset();
+  }
+}
+
+void HttpSession::FailUpstream(ec_t ec, const char* stage) {
+  bool timeout = IsTimeout(ec);
+  if (upstream_ended_ < upstream_started_) upstream_ended_ = Clock::now();
+  EndUpstream(false);
+  spdlog::warn("upstream {} failed for {} {}: {}", stage, req_parser_->get().method_string(),
+               target_.path, ec.message());
+  if (response_started_) return Close();
+  // A body the client is still sending cannot be read as the next request.
+  if (!req_parser_->is_done()) request_keep_alive_ = false;
+  if (timeout) {
+    return SendReply(MakeError(http::status::gateway_timeout, "upstream_timeout",
+                               std::string("the upstream did not answer in time (") + stage + ")"),
+                     "upstream_error");
+  }
+  SendReply(MakeError(http::status::bad_gateway, "upstream_error",
+                      std::string("the upstream failed (") + stage + "): " + ec.message()),
+            "upstream_error");
+}
+
+void HttpSession::EndRequest() {
+  if (!in_request_) return;
+  in_request_ = false;
+  AccessLog();
+  ctx_.requests_in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void HttpSession::FinishRequest(bool keep_alive) {
+  EndRequest();
+  up_sr_.reset();
+  res_parser_.reset();
+  down_sr_.reset();
+  reply_ = {};
+  if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    return Close();
+  }
+  DoReadHeader();
+}
+
+void HttpSession::Close() {
+  EndUpstream(false);
+  if (in_request_ && outcome_.empty()) outcome_ = "client_error";
+  EndRequest();
+  beast::error_code ignored;
+  stream_.socket().close(ignored);
+}
+
+void HttpSession::AccessLog() {
+  if (!config_.log.access_log) return;
+  auto now = Clock::now();
+  nlohmann::json line = {
+      {"method", req_parser_ ? std::string(req_parser_->get().method_string()) : ""},
+      {"path", target_.path},
+      {"route", intent_.route ? intent_.route->name : ""},
+      {"outcome", outcome_},
+      {"status", status_},
+      {"bytes_in", bytes_in_},
+      {"bytes_out", bytes_out_},
+      {"total_ms", Millis(now - started_)},
+  };
+  if (!intent_.key.empty()) line["key"] = intent_.key;
+  if (intent_.kind == WriteIntent::Kind::kFence) line["token"] = intent_.token;
+  if (!intent_.shadow_violation.empty()) line["shadow_violation"] = intent_.shadow_violation;
+  if (upstream_started_ != Clock::time_point{} && upstream_ended_ >= upstream_started_) {
+    line["upstream_ms"] = Millis(upstream_ended_ - upstream_started_);
+  }
+  spdlog::get("access")->info(line.dump());
+}
+
+}  // namespace fencegate::proxy

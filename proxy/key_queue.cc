@@ -1,1 +1,67 @@
-// placeholder
+#include "proxy/key_queue.h"
+
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+
+namespace fencegate::proxy {
+
+KeyLease::KeyLease(KeyLease&& other) noexcept
+    : queue_(std::exchange(other.queue_, nullptr)), key_(std::move(other.key_)) {}
+
+KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    queue_ = std::exchange(other.queue_, nullptr);
+    key_ = std::move(other.key_);
+  }
+  return *this;
+}
+
+void KeyLease::Release() {
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_);
+}
+
+void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor executor,
+                       Handler handler) {
+  {
+    std::lock_guard lock(mu_);
+    auto [it, inserted] = keys_.try_emplace(key);
+    if (!inserted) {
+      it->second.push_back(Waiter{
+          boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
+          std::move(handler)});
+      waiting_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  boost::asio::post(executor, [this, key, h = std::move(handler)]() mutable {
+    h(KeyLease(this, key));
+  });
+}
+
+void KeyQueue::Release(const std::string& key) {
+  Waiter next;
+  {
+    std::lock_guard lock(mu_);
+    auto it = keys_.find(key);
+    if (it == keys_.end()) return;  // unreachable: a lease exists only for a present key
+    if (it->second.empty()) {
+      keys_.erase(it);
+      return;
+    }
+    next = std::move(it->second.front());
+    it->second.pop_front();
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  boost::asio::post(next.executor, [this, key, h = std::move(next.handler)]() mutable {
+    h(KeyLease(this, key));
+  });
+}
+
+size_t KeyQueue::active_keys() const {
+  std::lock_guard lock(mu_);
+  return keys_.size();
+}
+
+}  // namespace fencegate::proxy

@@ -29,7 +29,7 @@ class KeyTemplate {
   enum class ExpandError { kNone, kMissingHeader, kEmpty, kTooLong, kBadByte };
   // Expands with the canonical path, the route regex captures (index 1..9;
   // a capture that did not participate expands to ""), and headers.
-  // Errors: a referenced header is absent (kMissingHeader), the key is
+  // Errors: a referenced header is absent or empty (kMissingHeader), the key is
   // empty, longer than kMaxKeyBytes, or contains a control byte/NUL.
   ExpandError Expand(std::string_view path, const std::vector<std::string>& captures,
                      const HeaderLookup& headers, std::string* out) const;
@@ -49,7 +49,8 @@ class KeyTemplate {
 struct Route {
   std::string name;
   std::string prefix;                  // used when !regex
-  std::optional<std::regex> regex;     // matched from the start of the path
+  std::optional<std::regex> regex;     // matched from the start of the path, with a
+                                       // linear-time executor (see router.cc)
   std::vector<std::string> methods;    // upper-case
   KeyTemplate key;
   config::RouteMode mode = config::RouteMode::kEnforce;

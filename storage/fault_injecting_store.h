@@ -20,16 +20,36 @@ struct FaultSpec {
 
 class FaultInjectingStore : public TokenStore {
  public:
+  // Takes ownership of base and starts one timer thread (which runs
+  // injected and delayed completions). No faults are active initially.
   explicit FaultInjectingStore(std::unique_ptr<TokenStore> base);
+  // Calls Close().
   ~FaultInjectingStore() override;
 
+  // Replaces the active faults; affects operations that start afterwards.
+  // Thread-safe, may be called while operations run.
   void SetFaults(const FaultSpec& spec);
+  // The active faults. Thread-safe.
   FaultSpec faults() const;
 
+  // With fail_writes: answers IoError("injected write fault") on the timer
+  // thread and never calls the base (nothing is stored). Otherwise forwards
+  // to the base. With a delay, the handler runs `delay` after the answer is
+  // known, on the timer thread; without one, on the base's thread.
   void Advance(std::string key, uint64_t token, FenceHandler handler) override;
+  // As Advance.
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
+  // With fail_reads: answers IoError("injected read fault") without calling
+  // the base. Delay as for Advance.
   void Get(std::string key, GetHandler handler) override;
+  // IoError("injected fault") while fail_writes or fail_reads is set (a delay
+  // alone is not a fault); otherwise the base's Health().
   Status Health() const override;
+  // Stops accepting operations (they answer Unavailable at once), closes the
+  // base (which answers its queue), then runs every pending delayed
+  // completion at once without waiting out its delay, and stops the timer
+  // thread. Returns the base's Close() Status. Idempotent; must not be
+  // called from a handler.
   Status Close() override;
 
  private:

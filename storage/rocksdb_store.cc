@@ -1,1 +1,364 @@
-// placeholder
+#include "storage/rocksdb_store.h"
+
+#include <algorithm>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include "storage/rocksdb_support.h"
+
+namespace fencegate::storage {
+
+using rocksdb_support::DecodeToken;
+using rocksdb_support::EncodeToken;
+using rocksdb_support::FromRocks;
+using rocksdb_support::kTokenBytes;
+using rocksdb_support::Printable;
+
+Status RocksDbStore::Open(const RocksDbStoreOptions& options,
+                          std::unique_ptr<RocksDbStore>* result) {
+  if (options.path.empty()) {
+    return Status::InvalidArgument("storage.path is empty");
+  }
+  if (options.max_batch == 0 || options.max_queued == 0) {
+    return Status::InvalidArgument("max_batch and max_queued must be > 0");
+  }
+  std::unique_ptr<rocksdb::DB> db;
+  if (Status s = rocksdb_support::OpenDb(options, &db); !s.ok()) return s;
+  result->reset(new RocksDbStore(options, std::move(db)));
+  return Status::Ok();
+}
+
+RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
+                           std::unique_ptr<rocksdb::DB> db)
+    : options_(options), db_(std::move(db)) {
+  writer_ = std::thread([this] { WriterLoop(); });
+  reader_ = std::thread([this] { ReaderLoop(); });
+  writer_id_ = writer_.get_id();
+  reader_id_ = reader_.get_id();
+}
+
+RocksDbStore::~RocksDbStore() {
+  Status s = Close();
+  (void)s;  // nobody to report to; Close() already answered every handler
+}
+
+void RocksDbStore::Advance(std::string key, uint64_t token,
+                           FenceHandler handler) {
+  Enqueue(/*raise=*/false, std::move(key), token, std::move(handler));
+}
+
+void RocksDbStore::Raise(std::string key, uint64_t token,
+                         FenceHandler handler) {
+  Enqueue(/*raise=*/true, std::move(key), token, std::move(handler));
+}
+
+void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
+                           FenceHandler handler) {
+  Status rejected;
+  if (key.size() > kMaxKeyBytes) {
+    rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
+                                       " bytes, the limit is 1024");
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) {
+      rejected = Status::Unavailable("token store is closed");
+    } else if (write_queue_.size() >= options_.max_queued) {
+      rejected = Status::Unavailable("token store write queue is full (" +
+                                     std::to_string(write_queue_.size()) +
+                                     " pending)");
+    } else {
+      write_queue_.push_back(
+          WriteRequest{raise, std::move(key), token, std::move(handler)});
+    }
+  }
+  if (!rejected.ok()) {
+    handler(rejected, Fence{});
+    return;
+  }
+  writer_cv_.notify_one();
+}
+
+void RocksDbStore::Get(std::string key, GetHandler handler) {
+  Status rejected;
+  if (key.size() > kMaxKeyBytes) {
+    rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
+                                       " bytes, the limit is 1024");
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closing_) {
+      rejected = Status::Unavailable("token store is closed");
+    } else if (read_queue_.size() >= options_.max_queued) {
+      rejected = Status::Unavailable("token store read queue is full (" +
+                                     std::to_string(read_queue_.size()) +
+                                     " pending)");
+    } else {
+      read_queue_.push_back(ReadRequest{std::move(key), std::move(handler)});
+    }
+  }
+  if (!rejected.ok()) {
+    handler(rejected, std::nullopt);
+    return;
+  }
+  reader_cv_.notify_one();
+}
+
+Status RocksDbStore::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return Status::Unavailable("token store is closed");
+  return health_;
+}
+
+void RocksDbStore::SetHealth(Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  health_ = std::move(status);
+}
+
+StoreStats RocksDbStore::stats() const {
+  StoreStats s;
+  s.requests = requests_.load(std::memory_order_relaxed);
+  s.batches = batches_.load(std::memory_order_relaxed);
+  s.writes = writes_.load(std::memory_order_relaxed);
+  s.db_writes = db_writes_.load(std::memory_order_relaxed);
+  s.syncs = syncs_.load(std::memory_order_relaxed);
+  s.write_errors = write_errors_.load(std::memory_order_relaxed);
+  s.reopens = reopens_.load(std::memory_order_relaxed);
+  return s;
+}
+
+Status RocksDbStore::ReadToken(const std::string& key, bool* present,
+                               uint64_t* value) const {
+  rocksdb::PinnableSlice raw;
+  rocksdb::Status s;
+  {
+    std::shared_lock<std::shared_mutex> lock(db_mu_);
+    if (db_ == nullptr) {
+      return Status::IoError("token store is reopening after a write error");
+    }
+    s = db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), key,
+                 &raw);
+  }
+  if (s.IsNotFound()) {
+    *present = false;
+    return Status::Ok();
+  }
+  if (!s.ok()) return FromRocks(s, "reading key '" + Printable(key) + "'");
+  if (raw.size() != kTokenBytes) {
+    return Status::Corruption("stored token for key '" + Printable(key) +
+                              "' is " + std::to_string(raw.size()) +
+                              " bytes, expected 8");
+  }
+  *present = true;
+  *value = DecodeToken(std::string_view(raw.data(), raw.size()));
+  return Status::Ok();
+}
+
+void RocksDbStore::WriterLoop() {
+  std::vector<WriteRequest> batch;
+  for (;;) {
+    batch.clear();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto ready = [this] { return closing_ || !write_queue_.empty(); };
+      if (failed_) {
+        writer_cv_.wait_for(lock, options_.recovery_interval, ready);
+      } else {
+        writer_cv_.wait(lock, ready);
+      }
+      if (write_queue_.empty()) {
+        if (closing_) return;  // everything queued has been answered
+        lock.unlock();  // idle after a failed write: try to recover
+        if (Status s = Recover(/*probe=*/true); s.ok()) {
+          failed_ = false;
+          SetHealth(Status::Ok());
+        } else {
+          SetHealth(std::move(s));
+        }
+        continue;
+      }
+      size_t n = std::min(options_.max_batch, write_queue_.size());
+      for (size_t i = 0; i < n; ++i) {
+        batch.push_back(std::move(write_queue_.front()));
+        write_queue_.pop_front();
+      }
+    }
+    CommitBatch(batch);
+  }
+}
+
+Status RocksDbStore::Recover(bool probe) {
+  rocksdb::Status resumed = db_ ? db_->Resume() : rocksdb::Status::Aborted();
+  if (!resumed.ok()) {
+    // Not resumable (a fatal error such as EIO on the WAL), or the database
+    // is already gone: reopen it, which replays the WAL. Not before the disk
+    // takes writes again, so that reads keep working meanwhile.
+    if (Status s = rocksdb_support::ProbeDisk(options_); !s.ok()) return s;
+    std::unique_lock<std::shared_mutex> lock(db_mu_);
+    if (db_ != nullptr) {
+      rocksdb::Status closed = db_->Close();
+      (void)closed;  // a broken database may not close cleanly; free it
+      db_.reset();
+    }
+    std::unique_ptr<rocksdb::DB> db;
+    if (Status s = rocksdb_support::OpenDb(options_, &db); !s.ok()) return s;
+    db_ = std::move(db);
+    reopens_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!probe) return Status::Ok();
+  rocksdb::WriteBatch empty;  // syncs the WAL: proves the disk writes again
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Write(wo, &empty), "token store write failed");
+}
+
+void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  requests_.fetch_add(batch.size(), std::memory_order_relaxed);
+
+  if (failed_) {
+    if (Status s = Recover(/*probe=*/false); !s.ok()) {
+      SetHealth(s);
+      for (WriteRequest& r : batch) r.handler(s, Fence{});
+      return;
+    }
+  }
+
+  struct Known {
+    bool present = false;
+    uint64_t value = 0;
+  };
+  struct Outcome {
+    Status status;
+    Fence fence;
+  };
+  // Value of each key as of the requests decided so far in this batch. The
+  // views point into batch, which does not change until the handlers ran.
+  std::unordered_map<std::string_view, Known> known;
+  std::vector<Outcome> outcomes(batch.size());
+  rocksdb::WriteBatch changes;
+
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const WriteRequest& r = batch[i];
+    Known k;
+    if (auto it = known.find(r.key); it != known.end()) {
+      k = it->second;
+    } else if (Status s = ReadToken(r.key, &k.present, &k.value); !s.ok()) {
+      outcomes[i].status = std::move(s);  // e.g. Corruption: never overwrite
+      continue;
+    }
+    if (!r.raise && k.present && r.token < k.value) {
+      outcomes[i].fence = Fence{false, k.value};
+      known[r.key] = k;
+      continue;
+    }
+    uint64_t next = k.present ? std::max(k.value, r.token) : r.token;
+    if (!k.present || next != k.value) {
+      rocksdb::Status put = changes.Put(r.key, EncodeToken(next));
+      if (!put.ok()) {
+        outcomes[i].status = FromRocks(put, "building write batch");
+        continue;
+      }
+    }
+    known[r.key] = Known{true, next};
+    outcomes[i].fence = Fence{true, next};
+  }
+
+  Status failed;
+  if (changes.Count() > 0) {
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.durability == Durability::kSync;
+    rocksdb::Status s = db_->Write(wo, &changes);
+    db_writes_.fetch_add(1, std::memory_order_relaxed);
+    if (s.ok()) {
+      writes_.fetch_add(changes.Count(), std::memory_order_relaxed);
+      if (wo.sync) syncs_.fetch_add(1, std::memory_order_relaxed);
+      if (failed_) {
+        failed_ = false;
+        SetHealth(Status::Ok());
+      }
+    } else {
+      write_errors_.fetch_add(1, std::memory_order_relaxed);
+      failed = FromRocks(s, "token store write failed");
+      failed_ = true;
+      SetHealth(failed);
+    }
+  }
+
+  // Every change of the batch is committed (or none is): answer in order.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!failed.ok()) {
+      batch[i].handler(failed, Fence{});
+    } else {
+      batch[i].handler(outcomes[i].status, outcomes[i].fence);
+    }
+  }
+}
+
+void RocksDbStore::ReaderLoop() {
+  std::deque<ReadRequest> pending;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      reader_cv_.wait(lock,
+                      [this] { return closing_ || !read_queue_.empty(); });
+      if (read_queue_.empty()) return;  // closing, and everything answered
+      pending.swap(read_queue_);
+    }
+    for (ReadRequest& r : pending) {
+      bool present = false;
+      uint64_t value = 0;
+      Status s = ReadToken(r.key, &present, &value);
+      if (!s.ok()) {
+        r.handler(s, std::nullopt);
+      } else {
+        r.handler(s, present ? std::optional<uint64_t>(value) : std::nullopt);
+      }
+    }
+    pending.clear();
+  }
+}
+
+Status RocksDbStore::Close() {
+  std::thread::id self = std::this_thread::get_id();
+  if (self == writer_id_ || self == reader_id_) {
+    return Status::InvalidArgument(
+        "Close() called from a token store handler; call it from another "
+        "thread");
+  }
+  std::lock_guard<std::mutex> close_lock(close_mu_);
+  if (closed_) return close_status_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  writer_cv_.notify_all();
+  reader_cv_.notify_all();
+  writer_.join();  // answers every queued Advance/Raise first
+  reader_.join();  // answers every queued Get first
+
+  Status status;
+  if (failed_ || db_ == nullptr) {
+    // The WAL is broken (syncing it again could only fail); every write
+    // that was acknowledged is already as durable as the durability allows.
+    std::lock_guard<std::mutex> lock(mu_);
+    status = health_;
+  } else {
+    // Under kAsync acknowledged writes may sit unsynced in the WAL.
+    status = FromRocks(db_->FlushWAL(/*sync=*/true),
+                       "syncing the token store WAL at close");
+  }
+  if (db_ != nullptr) {
+    Status closed = FromRocks(db_->Close(), "closing the token store");
+    if (status.ok()) status = closed;
+    std::unique_lock<std::shared_mutex> lock(db_mu_);
+    db_.reset();
+  }
+  closed_ = true;
+  close_status_ = status;
+  return status;
+}
+
+}  // namespace fencegate::storage

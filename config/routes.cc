@@ -1,0 +1,172 @@
+// The `routes:` list: matching (prefix or regex), methods, key template,
+// mode and idempotency window of every route, and unique route names.
+
+#include "config/routes.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+
+#include "config/internal.h"
+
+namespace fencegate::config::internal {
+namespace {
+
+using Keys = std::vector<YamlReader::Key>;
+
+constexpr std::string_view kPrefixExpected = "a path prefix starting with '/', e.g. /objects/";
+constexpr std::string_view kRegexExpected =
+    "an ECMAScript regular expression such as ^/tenants/([^/]+)/";
+constexpr std::string_view kMethodsExpected =
+    "a non-empty list of distinct HTTP methods such as [PUT, POST, PATCH, DELETE]";
+constexpr std::string_view kKeyExpected =
+    "literal text with {path}, {1}..{9} (regex captures) or {header:Name}";
+constexpr std::string_view kIdempotencyExpected = "off or a window such as 10m or 24h";
+
+bool HasControl(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 || byte == 0x7f;
+  });
+}
+
+bool ReadMethods(YamlReader& r, const Field& f, std::vector<std::string>* out) {
+  std::vector<std::string> methods;
+  bool ok = r.Sequence(f, kMethodsExpected, [&](const Field& item) {
+    std::string method;
+    if (!r.NonEmptyString(item, kMethodsExpected, &method)) return false;
+    if (!IsHttpToken(method)) {
+      return r.Fail(item, "'" + method + "' is not a method name", kMethodsExpected);
+    }
+    std::transform(method.begin(), method.end(), method.begin(),
+                   [](char c) { return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c; });
+    if (std::find(methods.begin(), methods.end(), method) != methods.end()) {
+      return r.Fail(item, "'" + method + "' is listed twice", kMethodsExpected);
+    }
+    methods.push_back(std::move(method));
+    return true;
+  });
+  if (!ok) return false;
+  if (methods.empty()) return r.Fail(f, "is an empty list", kMethodsExpected);
+  *out = std::move(methods);
+  return true;
+}
+
+// Reads routes[index]; *name_line is the line of its name (of the route
+// itself when the name is the default).
+bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, int* name_line) {
+  route->name = "route-" + std::to_string(index);
+  route->line = f.line;
+  *name_line = f.line;
+  std::optional<Field> prefix_field;
+  std::optional<Field> regex_field;
+  std::optional<Field> key_field;
+  unsigned capture_count = 0;
+
+  bool ok = r.Map(f, Keys{
+      {"name", [&](const Field& v) {
+         *name_line = v.line;
+         if (!r.NonEmptyString(v, "a route name such as objects", &route->name)) return false;
+         if (HasControl(route->name)) {
+           return r.Fail(v, "contains a control character", "a printable route name");
+         }
+         return true;
+       }},
+      {"path_prefix", [&](const Field& v) {
+         prefix_field = v;
+         if (!r.NonEmptyString(v, kPrefixExpected, &route->path_prefix)) return false;
+         if (route->path_prefix.front() != '/') {
+           return r.Fail(v, "'" + route->path_prefix + "' does not start with '/'",
+                         kPrefixExpected);
+         }
+         return true;
+       }},
+      {"path_regex", [&](const Field& v) {
+         regex_field = v;
+         if (!r.NonEmptyString(v, kRegexExpected, &route->path_regex)) return false;
+         try {
+           std::regex compiled(route->path_regex, std::regex::ECMAScript);
+           capture_count = compiled.mark_count();
+         } catch (const std::regex_error& e) {
+           return r.Fail(v, "'" + route->path_regex + "' is not a valid regex: " + e.what(),
+                         kRegexExpected);
+         }
+         return true;
+       }},
+      {"methods", [&](const Field& v) { return ReadMethods(r, v, &route->methods); }},
+      {"key", [&](const Field& v) {
+         key_field = v;
+         return r.String(v, &route->key);
+       }},
+      {"mode", [&](const Field& v) {
+         std::string mode;
+         if (!r.Choice(v, {"enforce", "shadow", "off"}, &mode)) return false;
+         route->mode = mode == "enforce" ? RouteMode::kEnforce
+                       : mode == "shadow" ? RouteMode::kShadow
+                                          : RouteMode::kOff;
+         return true;
+       }},
+      {"idempotency", [&](const Field& v) {
+         std::string text;
+         if (!r.NonEmptyString(v, kIdempotencyExpected, &text)) return false;
+         if (text == "off") {
+           route->idempotency = std::nullopt;
+           return true;
+         }
+         std::optional<Duration> window = ParseDuration(text);
+         if (!window || window->count() <= 0) {
+           return r.Fail(v, "'" + text + "' is neither off nor a positive duration",
+                         kIdempotencyExpected);
+         }
+         route->idempotency = window;
+         return true;
+       }},
+  });
+  if (!ok) return false;
+
+  if (prefix_field && regex_field) {
+    return r.Fail(*regex_field,
+                  "conflicts with path_prefix on line " + std::to_string(prefix_field->line),
+                  "exactly one of path_prefix or path_regex");
+  }
+  if (!prefix_field && !regex_field) {
+    return r.Fail(f, "has neither path_prefix nor path_regex",
+                  "exactly one of path_prefix or path_regex");
+  }
+  std::string problem = ValidateKeyTemplate(route->key, capture_count, regex_field.has_value());
+  if (!problem.empty()) {
+    Field where = key_field ? *key_field : f.Child(f.node, "key", f.line);
+    return r.Fail(where, "'" + route->key + "' " + problem, kKeyExpected);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ReadRoutes(YamlReader& r, const Field& field, std::vector<RouteConfig>* routes) {
+  std::vector<RouteConfig> result;
+  std::map<std::string, size_t> index_by_name;
+  bool ok = r.Sequence(field, "a list of routes (write [] for none)", [&](const Field& item) {
+    size_t index = result.size();
+    RouteConfig route;
+    int name_line = 0;
+    if (!ReadRoute(r, item, index, &route, &name_line)) return false;
+    auto [it, inserted] = index_by_name.emplace(route.name, index);
+    if (!inserted) {
+      const RouteConfig& first = result[it->second];
+      return r.Fail(item.Child(item.node, "name", name_line),
+                    "'" + route.name + "' is already the name of routes[" +
+                        std::to_string(it->second) + "] on line " + std::to_string(first.line),
+                    "a unique name per route");
+    }
+    result.push_back(std::move(route));
+    return true;
+  });
+  if (!ok) return false;
+  *routes = std::move(result);
+  return true;
+}
+
+}  // namespace fencegate::config::internal

@@ -1,0 +1,73 @@
+#pragma once
+// AdminSession: one connection to the admin listener (SPEC section 6), on
+// its own port and never reachable through the proxy listener.
+//
+//   GET  /healthz                 process is up
+//   GET  /readyz                  store healthy and upstream accepting TCP
+//   GET  /v1/keys/{key}           {"key","token"} or 404
+//   POST /v1/keys/{key}/fence     {"token": N}, bearer token: raise to >= N
+//   PUT  /v1/test/store-faults    only with --enable-test-faults (bearer)
+//
+// {key} is the key percent-encoded as one path segment.
+
+#include <boost/asio/ip/tcp.hpp>
+#include <functional>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+
+#include "config/config.h"
+#include "proxy/replies.h"
+#include "storage/fault_injecting_store.h"
+#include "storage/token_store.h"
+
+namespace fencegate::proxy {
+
+class AdminSession;
+
+struct AdminContext {
+  std::shared_ptr<const config::Config> config;
+  storage::TokenStore* store = nullptr;
+  // Set only with --enable-test-faults: installs injected store faults.
+  std::function<void(const storage::FaultSpec&)> set_faults;
+  std::unordered_set<AdminSession*> sessions;      // live sessions (admin thread only)
+};
+
+class AdminSession : public std::enable_shared_from_this<AdminSession> {
+ public:
+  AdminSession(boost::asio::ip::tcp::socket&& socket, AdminContext& context);
+  ~AdminSession();
+  void Run();
+  void Close();
+
+ private:
+  void DoRead();
+  void OnRead(boost::beast::error_code ec);
+  void Handle();
+  void HandleKey(const std::string& key, bool fence);
+  void HandleFaults();
+  void HandleReady();
+  bool Authorized();  // sends 401/403 itself when not
+  void Send(Reply reply);  // may be called from any thread
+
+  boost::beast::tcp_stream stream_;
+  AdminContext& ctx_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  Reply reply_;
+  bool keep_alive_ = false;
+};
+
+// Splits "/v1/keys/<enc>" or "/v1/keys/<enc>/fence" and percent-decodes the
+// key. Returns false when the target is not of that shape or not valid
+// percent-encoding.
+bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence);
+
+// Compares without an early exit, so the time taken does not reveal how
+// much of a secret matched.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+}  // namespace fencegate::proxy

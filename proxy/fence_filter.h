@@ -1,0 +1,83 @@
+#pragma once
+// The fence filter (SPEC section 1): decides, for a request whose head has
+// been read, whether it passes through, is refused by fencegate, or is a
+// fenced write; and for a fenced write runs steps 3-4 (per-key queue, then
+// atomic check-and-advance) before the session forwards it (step 5).
+//
+// Classify() is pure. FenceFilter::Check() talks to the TokenStore and the
+// KeyQueue and resumes the caller on the caller's executor. Both are
+// unit-tested with a fake store and no sockets.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/beast/http/fields.hpp>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "proxy/key_queue.h"
+#include "proxy/replies.h"
+#include "proxy/router.h"
+#include "storage/token_store.h"
+
+namespace fencegate::proxy {
+
+// What Classify decided.
+struct WriteIntent {
+  enum class Kind {
+    kPassThrough,  // no fenced route: forward unchanged, no token needed
+    kReject,       // fencegate answers `reply` itself; nothing is forwarded
+    kFence,        // a fenced write with a valid token: run Check() first
+  };
+  Kind kind = Kind::kPassThrough;
+  const Route* route = nullptr;  // the matched route, if any
+  std::optional<Reply> reply;    // for kReject
+  std::string outcome;           // metrics/log outcome (SPEC section 9)
+  std::string key;               // for kFence (and for logs when known)
+  uint64_t token = 0;            // for kFence
+  bool shadow = false;           // route mode is shadow: never refuse
+  std::string shadow_violation;  // shadow mode: what would have been refused
+};
+
+struct FenceSettings {
+  std::string token_header = "Fencing-Token";
+};
+
+// Steps 1-2: token and key. `canonical_path` comes from CanonicalizeTarget.
+WriteIntent Classify(const FenceSettings& settings, const Router& router,
+                     std::string_view method, std::string_view canonical_path,
+                     const boost::beast::http::fields& headers);
+
+// The verdict of Check for a kFence intent.
+struct FenceVerdict {
+  bool forward = false;          // true: go on to the upstream while holding `lease`
+  std::optional<Reply> reply;    // when !forward: 409 or 503
+  std::string outcome;           // "forwarded" | "stale" | "store_unavailable"
+  uint64_t current = 0;          // stored maximum reported by the store
+  std::string shadow_violation;  // shadow mode: what would have been refused
+  KeyLease lease;                // held until the upstream exchange ends
+};
+
+class FenceFilter {
+ public:
+  using Handler = std::function<void(FenceVerdict)>;
+
+  FenceFilter(storage::TokenStore& store, KeyQueue& queue) : store_(store), queue_(queue) {}
+
+  // Steps 3-4: waits for the key's turn, then check-and-advance. `handler`
+  // runs on `executor`. In shadow mode the verdict is always forward; a stale
+  // token or a store error is reported in shadow_violation instead.
+  void Check(const WriteIntent& intent, boost::asio::any_io_executor executor, Handler handler);
+
+  uint64_t shadow_violations() const { return shadow_violations_.load(); }
+  void CountShadowViolation() { shadow_violations_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  storage::TokenStore& store_;
+  KeyQueue& queue_;
+  std::atomic<uint64_t> shadow_violations_{0};
+};
+
+}  // namespace fencegate::proxy

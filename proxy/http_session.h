@@ -1,0 +1,107 @@
+#pragma once
+// HttpSession: one client connection of the data plane.
+//
+// read head -> canonical path -> route -> fence filter (key queue, store)
+// -> upstream pool -> stream request body up -> stream response down ->
+// access log -> next request (keep-alive, pipelining) or close.
+//
+// Runs on its worker's single-threaded io_context (no strand needed); every
+// asynchronous operation holds shared_from_this(). Bodies are streamed
+// through one fixed buffer, never held whole.
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "proxy/canonical_path.h"
+#include "proxy/fence_filter.h"
+#include "proxy/proxy_context.h"
+#include "proxy/replies.h"
+
+namespace fencegate::proxy {
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(boost::asio::ip::tcp::socket&& socket, ProxyContext& context, Worker& worker);
+  ~HttpSession();
+
+  void Run();
+  // Server is draining: close now if idle between requests, else after the
+  // current response. Called on the worker's thread.
+  void Drain();
+  // Shutdown: cancel whatever is under way now.
+  void ForceClose() { Close(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  using ec_t = boost::beast::error_code;
+
+  // Request head and decision.
+  void DoReadHeader();
+  void OnReadHeader(ec_t ec);
+  void OnVerdict(FenceVerdict verdict);
+  void SendReply(Reply reply, std::string_view outcome);
+
+  // Forwarding, in order.
+  void StartForward();
+  void OnUpstream(ec_t ec, UpstreamPool::Connection connection);
+  void OnUpstreamHeaderWritten(ec_t ec);
+  void DoRequestBody();
+  void OnRequestBodyRead(ec_t ec);
+  void OnRequestBodyWritten(ec_t ec);
+  void DoReadResponseHeader();
+  void OnResponseHeader(ec_t ec);
+  void DoResponseBody();
+  void OnResponseBodyRead(ec_t ec);
+  void OnResponseBodyWritten(ec_t ec);
+
+  // Endings.
+  void EndUpstream(bool reusable);
+  void FailUpstream(ec_t ec, const char* stage);
+  void FinishRequest(bool keep_alive);
+  void EndRequest();  // access log and in-flight count, once per request
+  void Close();
+  void AccessLog();
+  char* Buffer();
+
+  boost::beast::tcp_stream stream_;
+  ProxyContext& ctx_;
+  Worker& worker_;
+  const config::Config& config_;
+  boost::beast::flat_buffer buffer_;
+  std::unique_ptr<char[]> body_buffer_;  // allocated on the first body relayed
+  static constexpr size_t kBodyBufferSize = 64 * 1024;
+
+  // Per request.
+  std::optional<http::request_parser<http::buffer_body>> req_parser_;
+  CanonicalTarget target_;
+  WriteIntent intent_;
+  KeyLease lease_;
+  Reply reply_;  // fencegate's own answer, alive while it is written
+  UpstreamPool::Connection upstream_;
+  boost::beast::flat_buffer up_buffer_;
+  http::request<http::buffer_body> up_req_;
+  std::optional<http::request_serializer<http::buffer_body>> up_sr_;
+  std::optional<http::response_parser<http::buffer_body>> res_parser_;
+  http::response<http::buffer_body> down_res_;
+  std::optional<http::response_serializer<http::buffer_body>> down_sr_;
+  bool request_keep_alive_ = false;
+  bool response_started_ = false;  // the response head went to the client
+  bool response_close_delimited_ = false;
+  std::string outcome_;
+  unsigned status_ = 0;
+  uint64_t bytes_in_ = 0;
+  uint64_t bytes_out_ = 0;
+  Clock::time_point started_;
+  Clock::time_point upstream_started_;
+  Clock::time_point upstream_ended_;
+  bool in_request_ = false;     // a request head was read and not yet ended
+  bool idle_ = false;           // waiting for the first byte of a request head
+  bool expect_continue_ = false;
+};
+
+}  // namespace fencegate::proxy

@@ -1,0 +1,73 @@
+#pragma once
+// KeyQueue: per-key FIFO mutual exclusion for fenced writes (SPEC section 1,
+// step 3). A write to key K proceeds only when the previous accepted write to
+// K has completed or failed; writes to different keys never wait on each
+// other. Waiters are resumed in arrival order, each on its own executor.
+//
+// Thread-safe. A KeyLease is the right to run the write: releasing it (by
+// destruction or Release()) hands the key to the next waiter.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace fencegate::proxy {
+
+class KeyQueue;
+
+class KeyLease {
+ public:
+  KeyLease() = default;
+  KeyLease(KeyLease&& other) noexcept;
+  KeyLease& operator=(KeyLease&& other) noexcept;
+  KeyLease(const KeyLease&) = delete;
+  KeyLease& operator=(const KeyLease&) = delete;
+  ~KeyLease() { Release(); }
+
+  void Release();
+  bool held() const { return queue_ != nullptr; }
+
+ private:
+  friend class KeyQueue;
+  KeyLease(KeyQueue* queue, std::string key) : queue_(queue), key_(std::move(key)) {}
+  KeyQueue* queue_ = nullptr;
+  std::string key_;
+};
+
+class KeyQueue {
+ public:
+  using Handler = std::function<void(KeyLease)>;
+
+  // Runs `handler` with the lease for `key` as soon as no earlier caller
+  // holds or waits for it. The handler is always posted to `executor` (never
+  // run inside Acquire), so callers may hold their own locks while calling.
+  void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler);
+
+  // Number of writes waiting behind another write on the same key.
+  size_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
+  // Number of keys with a write in flight.
+  size_t active_keys() const;
+
+ private:
+  friend class KeyLease;
+  struct Waiter {
+    // Tracks outstanding work, so the executor's io_context keeps running
+    // while a write waits for its key.
+    boost::asio::any_io_executor executor;
+    Handler handler;
+  };
+  void Release(const std::string& key);
+
+  mutable std::mutex mu_;
+  // Present while a lease on the key is held; the deque holds later callers.
+  std::unordered_map<std::string, std::deque<Waiter>> keys_;  // guarded by mu_
+  std::atomic<size_t> waiting_{0};
+};
+
+}  // namespace fencegate::proxy

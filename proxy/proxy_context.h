@@ -1,0 +1,41 @@
+#pragma once
+// What every session of the data plane shares: the immutable config and
+// router, the fence filter, and process-wide counters. One per server; each
+// worker thread adds its own io_context and upstream pool (Worker).
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <unordered_set>
+
+#include "config/config.h"
+#include "proxy/fence_filter.h"
+#include "proxy/router.h"
+#include "proxy/upstream_pool.h"
+
+namespace fencegate::proxy {
+
+struct ProxyContext {
+  std::shared_ptr<const config::Config> config;
+  std::shared_ptr<const Router> router;
+  FenceSettings fence_settings;
+  FenceFilter* fence = nullptr;
+
+  std::atomic<bool> draining{false};         // SIGTERM: finish current requests, then close
+  std::atomic<int64_t> active_connections{0};
+  std::atomic<int64_t> requests_in_flight{0};
+};
+
+class HttpSession;
+
+// Per worker thread: its io_context, its upstream pool and its sessions. Only
+// the worker's own thread touches these (no locks needed).
+struct Worker {
+  boost::asio::io_context& ioc;
+  UpstreamPool pool;
+  std::unordered_set<HttpSession*> sessions;  // live sessions, for draining
+  Worker(boost::asio::io_context& io, const config::UpstreamConfig& upstream)
+      : ioc(io), pool(io, upstream) {}
+};
+
+}  // namespace fencegate::proxy

@@ -1,0 +1,31 @@
+#pragma once
+// The responses fencegate makes itself (SPEC section 4): always JSON,
+// {"error": CODE, "message": TEXT, ...}. Every such reply is built here, and a
+// storage::Status becomes an HTTP reply in exactly one function.
+
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "storage/status.h"
+
+namespace fencegate::proxy {
+
+namespace http = boost::beast::http;
+using Reply = http::response<http::string_body>;
+
+// status + error code + message, plus any extra fields merged into the body.
+Reply MakeError(http::status status, std::string_view code, std::string_view message,
+                const nlohmann::json& extra = nlohmann::json::object());
+
+// Any JSON body with the given status (admin API answers).
+Reply MakeJson(http::status status, const nlohmann::json& body);
+
+// 409 stale_token with key/token/current and Fencing-Token-Current.
+Reply MakeStale(const std::string& key, uint64_t token, uint64_t current);
+
+// The one mapping of a store failure to an HTTP reply: 503 store_unavailable.
+Reply MakeStoreError(const storage::Status& status);
+
+}  // namespace fencegate::proxy

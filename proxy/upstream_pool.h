@@ -1,0 +1,52 @@
+#pragma once
+// UpstreamPool: keep-alive connections to the one upstream, owned by one
+// worker thread (one io_context, one pool: no locks). Idle connections are
+// reused newest first; before reuse each is checked for a close or stray
+// bytes from the backend, and such a connection is dropped rather than
+// handed out, so a fenced write is not sent on a connection that is dead.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "config/config.h"
+
+namespace fencegate::proxy {
+
+class UpstreamPool {
+ public:
+  using Stream = boost::beast::tcp_stream;
+  using Connection = std::unique_ptr<Stream>;
+  // Called on the pool's io_context; `reused` tells a pooled connection.
+  using Handler = std::function<void(boost::beast::error_code, Connection, bool reused)>;
+
+  UpstreamPool(boost::asio::io_context& ioc, const config::UpstreamConfig& config);
+
+  // Hands out a live idle connection, or connects a new one within
+  // connect_timeout (error: beast::error::timeout, or the connect error).
+  void Acquire(Handler handler);
+
+  // Returns a connection that finished a complete exchange and may be
+  // reused. Connections beyond max_idle_connections are closed.
+  void Release(Connection connection);
+
+  size_t idle() const { return idle_.size(); }
+  // Closes every idle connection (shutdown).
+  void Clear();
+
+ private:
+  void Connect(Handler handler);
+  static bool LooksAlive(Stream& stream);
+
+  boost::asio::io_context& ioc_;
+  const config::UpstreamConfig& config_;
+  boost::asio::ip::tcp::resolver resolver_;
+  std::optional<boost::asio::ip::tcp::endpoint> literal_;  // host was an IP literal: no DNS
+  std::vector<Connection> idle_;  // owned by the io_context's thread
+};
+
+}  // namespace fencegate::proxy

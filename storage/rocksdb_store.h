@@ -1,0 +1,201 @@
+#pragma once
+// RocksDbStore: the embedded TokenStore engine (storage.engine: rocksdb).
+//
+// Layout on disk: one RocksDB database in options.path; key = the fence key
+// bytes (at most kMaxKeyBytes), value = the token as 8 bytes big-endian. A
+// value of any other size is reported as Corruption, never read as 0.
+//
+// Threads. The store owns two threads:
+//  - the writer thread owns every mutation. Advance/Raise enqueue a request
+//    and return at once; the writer drains up to max_batch queued requests,
+//    decides each one in queue order (a key changed earlier in the same
+//    batch is judged against the batch's pending value), commits all
+//    accepted changes with ONE rocksdb::WriteBatch and ONE DB::Write (with
+//    WriteOptions.sync under Durability::kSync: group commit, so concurrent
+//    advances share one fsync), and only after that Write returns invokes
+//    the handlers of the whole batch, in queue order. Because one thread
+//    decides all mutations, Advance is atomic per key without locks.
+//  - the reader thread serves Get, so a read never waits behind an fsync
+//    and never blocks the caller. A Get sees every Advance/Raise whose
+//    handler has run (and possibly ones whose fsync finished but whose
+//    handler has not run yet).
+// FenceHandlers run on the writer thread, GetHandlers on the reader thread;
+// both must be short and must not throw, and must not call Close(). They may
+// call Advance/Raise/Get again (that only enqueues). Immediate errors (store
+// closed, key too long, queue full) run the handler on the caller's thread
+// before the call returns, as token_store.h allows.
+//
+// Failure. If DB::Write fails, every handler of the batch gets the error (no
+// request of the batch is accepted) and Health() reports it until a write
+// succeeds again. The writer then recovers on its own, without a restart,
+// once the disk does: before the next batch, and every recovery_interval
+// while idle (so Health() turns ok again even when no traffic arrives, for
+// example while a readiness probe keeps traffic away), it calls
+// DB::Resume(); if RocksDB reports the error as not resumable (a fatal WAL
+// I/O error) it closes and reopens the database, replaying the WAL. While
+// idle it confirms recovery with an empty synced write. Until recovery
+// succeeds every Advance/Raise answers the error (fail closed). A batch
+// whose write failed may still reach the disk (the WAL record was written,
+// its fsync failed) and show up after a reopen: never acknowledged, and
+// harmless, since stored tokens only go up.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/token_store.h"
+
+namespace rocksdb {
+class DB;
+class Env;
+}  // namespace rocksdb
+
+namespace fencegate::storage {
+
+struct RocksDbStoreOptions {
+  std::string path = "./fencegate-data";      // the data directory
+  Durability durability = Durability::kSync;  // kSync: fsync WAL per batch
+  size_t max_batch = 1024;    // most requests decided per DB::Write
+  size_t max_queued = 65536;  // Advance/Raise/Get beyond this answer Unavailable
+  // While the last write failed and no requests arrive, how often the writer
+  // tries to recover.
+  std::chrono::milliseconds recovery_interval{1000};
+  rocksdb::Env* env = nullptr;  // tests inject faults here; nullptr = default
+};
+
+// Counters for benchmarks and tests; each is monotonic since Open.
+struct StoreStats {
+  uint64_t requests = 0;      // Advance/Raise requests decided by the writer
+  uint64_t batches = 0;       // writer batches (one per drain of the queue)
+  uint64_t writes = 0;        // key records written (accepted changes)
+  uint64_t db_writes = 0;     // DB::Write calls (at most one per batch)
+  uint64_t syncs = 0;         // DB::Write calls with sync=true that succeeded
+  uint64_t write_errors = 0;  // DB::Write calls that failed
+  uint64_t reopens = 0;       // database reopened to recover from an error
+};
+
+class RocksDbStore : public TokenStore {
+ public:
+  // Longest key accepted; longer keys answer InvalidArgument immediately.
+  static constexpr size_t kMaxKeyBytes = 1024;
+
+  // Opens (creating if missing) the database in options.path and starts the
+  // writer and reader threads. On success stores the engine in *result and
+  // returns ok. On failure *result is untouched and the Status says what to
+  // do: Busy when another process (or another store in this process) holds
+  // the data dir lock; Corruption when the directory holds damaged or partial
+  // RocksDB files (the store never creates an empty database over them);
+  // IoError for unreadable or unwritable paths.
+  static Status Open(const RocksDbStoreOptions& options,
+                     std::unique_ptr<RocksDbStore>* result);
+
+  // Calls Close(); its Status is dropped (there is no one left to tell).
+  ~RocksDbStore() override;
+
+  RocksDbStore(const RocksDbStore&) = delete;
+  RocksDbStore& operator=(const RocksDbStore&) = delete;
+
+  // See token_store.h. The handler runs on the writer thread after the
+  // batch holding this request is committed (fsynced under kSync).
+  void Advance(std::string key, uint64_t token, FenceHandler handler) override;
+
+  // See token_store.h. Same thread and durability as Advance.
+  void Raise(std::string key, uint64_t token, FenceHandler handler) override;
+
+  // See token_store.h. The handler runs on the reader thread. A stored value
+  // that is not 8 bytes reports Corruption.
+  void Get(std::string key, GetHandler handler) override;
+
+  // Ok while open and the last DB::Write succeeded; the write error after a
+  // failed write; Unavailable after Close(). Never does I/O.
+  Status Health() const override;
+
+  // Stops accepting requests (later calls answer Unavailable at once), lets
+  // the writer and reader answer everything already queued, syncs the WAL
+  // and closes the database, releasing the data dir lock. Idempotent and
+  // thread-safe; a second call returns the first call's Status. Must not be
+  // called from a store handler (returns InvalidArgument if it is).
+  Status Close() override;
+
+  // A snapshot of the counters. Thread-safe, never blocks on I/O.
+  StoreStats stats() const;
+
+ private:
+  struct WriteRequest {
+    bool raise = false;  // Raise (never refuses) instead of Advance
+    std::string key;
+    uint64_t token = 0;
+    FenceHandler handler;
+  };
+  struct ReadRequest {
+    std::string key;
+    GetHandler handler;
+  };
+
+  RocksDbStore(const RocksDbStoreOptions& options,
+               std::unique_ptr<rocksdb::DB> db);
+
+  void Enqueue(bool raise, std::string key, uint64_t token,
+               FenceHandler handler);
+  void WriterLoop();
+  void ReaderLoop();
+  // Decides, commits and answers one batch (writer thread only).
+  void CommitBatch(std::vector<WriteRequest>& batch);
+  // Writer thread, after a failed write: brings the database back to
+  // read-write (Resume, else reopen). With probe, confirms with an empty
+  // synced write. Ok when writes can be tried again.
+  Status Recover(bool probe);
+  // Reads key from the database: ok with *present/*value, or an error.
+  Status ReadToken(const std::string& key, bool* present,
+                   uint64_t* value) const;
+  void SetHealth(Status status);
+
+  const RocksDbStoreOptions options_;
+
+  // DB methods are thread-safe; the pointer itself changes only on the
+  // writer thread (reopen during recovery) and in Close(), under an
+  // exclusive lock. The reader thread holds a shared lock while it uses it;
+  // the writer, its only mutator, reads it without one. Null while a reopen
+  // has failed.
+  mutable std::shared_mutex db_mu_;
+  std::unique_ptr<rocksdb::DB> db_;  // guarded by db_mu_ (see above)
+
+  mutable std::mutex mu_;
+  std::condition_variable writer_cv_;
+  std::condition_variable reader_cv_;
+  std::deque<WriteRequest> write_queue_;  // guarded by mu_
+  std::deque<ReadRequest> read_queue_;    // guarded by mu_
+  bool closing_ = false;                  // guarded by mu_; no new requests
+  Status health_;                         // guarded by mu_
+
+  std::mutex close_mu_;   // serialises Close()
+  bool closed_ = false;   // guarded by close_mu_
+  Status close_status_;   // guarded by close_mu_
+
+  // Touched only by the writer thread (and by Close() after joining it).
+  bool failed_ = false;  // the last write failed; recover before writing
+
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> batches_{0};
+  std::atomic<uint64_t> writes_{0};
+  std::atomic<uint64_t> db_writes_{0};
+  std::atomic<uint64_t> syncs_{0};
+  std::atomic<uint64_t> write_errors_{0};
+  std::atomic<uint64_t> reopens_{0};
+
+  std::thread writer_;  // started last, joined in Close()
+  std::thread reader_;
+  std::thread::id writer_id_;  // set once in the constructor
+  std::thread::id reader_id_;  // set once in the constructor
+};
+
+}  // namespace fencegate::storage

@@ -1,0 +1,194 @@
+#include "storage/rocksdb_support.h"
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include <rocksdb/env.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+
+namespace fencegate::storage::rocksdb_support {
+namespace {
+
+// RocksDB reports a held LOCK file as a plain IOError naming the file, both
+// for another process ("While lock file: .../LOCK: Resource temporarily
+// unavailable") and for this one ("lock hold by current process").
+bool IsLockHeld(const rocksdb::Status& s) {
+  return s.IsIOError() && s.ToString().find("LOCK") != std::string::npos;
+}
+
+Status OpenError(const rocksdb::Status& s, const std::string& path) {
+  if (IsLockHeld(s)) {
+    return Status::Busy("another process holds the data dir lock on " + path +
+                        " (is another fencegate running on it?); stop it or "
+                        "set storage.path to another directory [" +
+                        s.ToString() + "]");
+  }
+  if (s.IsCorruption()) {
+    return Status::Corruption(
+        "token store at " + path + " is damaged (" + s.ToString() +
+        "); fencegate will not start over it. Restore the directory from a "
+        "backup; starting empty would forget every accepted token");
+  }
+  Status st = FromRocks(s, "cannot open token store at " + path);
+  if (st.code() == Status::Code::kIoError) {
+    return Status::IoError(st.message() +
+                           "; check that the directory is readable and "
+                           "writable by this user and the disk is not full");
+  }
+  return st;
+}
+
+// Refuses a directory that holds RocksDB files but no CURRENT file: RocksDB
+// with create_if_missing would start a new, empty database there. Foreign
+// files (lost+found on a volume, a README) are fine.
+Status CheckNotPartial(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) {
+    return Status::IoError("cannot create data dir " + path + ": " +
+                           ec.message() + "; check storage.path");
+  }
+  if (!fs::is_directory(path, ec)) {
+    return Status::IoError("storage.path " + path + " is not a directory");
+  }
+  if (fs::exists(fs::path(path) / "CURRENT", ec)) return Status::Ok();
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    std::string name = entry.path().filename().string();
+    bool rocks_file = name.starts_with("MANIFEST-") ||
+                      name.starts_with("OPTIONS-") || name.ends_with(".sst") ||
+                      name.ends_with(".log");
+    if (rocks_file) {
+      return Status::Corruption(
+          "data dir " + path + " holds RocksDB files (" + name +
+          ") but no CURRENT file: the store is damaged or was only partly "
+          "created. Refusing to create an empty store over it, which would "
+          "forget every accepted token; restore it from a backup, or move it "
+          "aside if starting empty is really intended");
+    }
+  }
+  if (ec) {
+    return Status::IoError("cannot list data dir " + path + ": " +
+                           ec.message());
+  }
+  return Status::Ok();
+}
+
+// Leaves recovery from background errors to the store's writer thread.
+class ManualRecovery : public rocksdb::EventListener {
+ public:
+  const char* Name() const override { return "FencegateManualRecovery"; }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason,
+                            rocksdb::Status bg_error,
+                            bool* auto_recovery) override {
+    bg_error.PermitUncheckedError();
+    *auto_recovery = false;
+  }
+};
+
+rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.paranoid_checks = true;  // fail Open on damage instead of skipping it
+  // Replays the WAL up to the first damaged record: a torn tail after a
+  // crash is dropped (it was never acknowledged under kSync).
+  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  if (options.env != nullptr) o.env = options.env;
+  o.listeners.push_back(std::make_shared<ManualRecovery>());
+  o.max_background_jobs = 2;
+  o.write_buffer_size = 32 << 20;
+  o.max_total_wal_size = 128 << 20;
+  o.level_compaction_dynamic_level_bytes = true;
+  o.keep_log_file_num = 5;  // RocksDB's own info LOG files
+  o.max_log_file_size = 8 << 20;
+
+  // Small values, point lookups only: bloom filters and a hash index in
+  // data blocks make a Get of an absent key cheap.
+  rocksdb::BlockBasedTableOptions table;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.block_cache = rocksdb::NewLRUCache(32 << 20);
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.data_block_index_type =
+      rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return o;
+}
+
+}  // namespace
+
+std::string EncodeToken(uint64_t token) {
+  std::string out(kTokenBytes, '\0');
+  for (size_t i = 0; i < kTokenBytes; ++i) {
+    out[i] = static_cast<char>((token >> (56 - 8 * i)) & 0xff);
+  }
+  return out;
+}
+
+uint64_t DecodeToken(std::string_view in) {
+  uint64_t token = 0;
+  for (size_t i = 0; i < kTokenBytes; ++i) {
+    token = (token << 8) | static_cast<unsigned char>(in[i]);
+  }
+  return token;
+}
+
+std::string Printable(std::string_view key) {
+  constexpr size_t kMax = 64;
+  std::string out;
+  for (char c : key.substr(0, kMax)) {
+    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  if (key.size() > kMax) out += "...";
+  return out;
+}
+
+Status FromRocks(const rocksdb::Status& s, const std::string& context) {
+  if (s.ok()) return Status::Ok();
+  std::string msg = context + ": " + s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(std::move(msg));
+  if (s.IsCorruption()) return Status::Corruption(std::move(msg));
+  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(std::move(msg));
+  if (s.IsIOError()) return Status::IoError(std::move(msg));  // incl. NoSpace
+  if (s.IsInvalidArgument() || s.IsNotSupported()) {
+    return Status::InvalidArgument(std::move(msg));
+  }
+  if (s.IsShutdownInProgress() || s.IsAborted() || s.IsIncomplete() ||
+      s.IsTimedOut()) {
+    return Status::Unavailable(std::move(msg));
+  }
+  return Status::IoError(std::move(msg));
+}
+
+Status OpenDb(const RocksDbStoreOptions& options,
+              std::unique_ptr<rocksdb::DB>* db) {
+  if (Status s = CheckNotPartial(options.path); !s.ok()) return s;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(MakeOptions(options), options.path, &raw);
+  if (!s.ok()) return OpenError(s, options.path);
+  db->reset(raw);
+  return Status::Ok();
+}
+
+Status ProbeDisk(const RocksDbStoreOptions& options) {
+  rocksdb::Env* env =
+      options.env != nullptr ? options.env : rocksdb::Env::Default();
+  const std::string name = options.path + "/fencegate-disk-probe";
+  std::unique_ptr<rocksdb::WritableFile> file;
+  rocksdb::Status s = env->NewWritableFile(name, &file, rocksdb::EnvOptions());
+  if (s.ok()) s = file->Append("probe");
+  if (s.ok()) s = file->Sync();
+  if (file != nullptr) {
+    rocksdb::Status closed = file->Close();
+    if (s.ok()) s = closed;
+  }
+  rocksdb::Status removed = env->DeleteFile(name);
+  if (s.ok()) s = removed;
+  return FromRocks(s, "token store data dir is not writable");
+}
+
+}  // namespace fencegate::storage::rocksdb_support

@@ -1,0 +1,225 @@
+// Load() errors outside routes: each names the file, the line and the field.
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace fencegate::config {
+namespace {
+
+using testing::ErrorOf;
+using testing::FailsAt;
+using testing::kUpstream;
+
+std::string WithUpstream(std::string_view rest) {
+  return std::string(kUpstream) + std::string(rest);
+}
+
+TEST(LoadErrorsTest, UnknownKeyAtTheRoot) {
+  EXPECT_TRUE(
+      FailsAt(WithUpstream("listen: \"127.0.0.1:1\"\nthread: 4\n"), 3, "thread", "unknown key"));
+}
+
+TEST(LoadErrorsTest, UnknownKeyInsideASection) {
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h\n  timeuot: 5s\n", 3, "upstream.timeuot",
+                      "one of url, connect_timeout"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    endpoint: [a]\n"), 4,
+                      "storage.etcd.endpoint", "unknown key"));
+  EXPECT_TRUE(FailsAt(WithUpstream("log: {level: info, format: json}\n"), 2, "log.format"));
+}
+
+TEST(LoadErrorsTest, DuplicateKey) {
+  EXPECT_TRUE(FailsAt(WithUpstream("threads: 1\nthreads: 2\n"), 3, "threads", "duplicate key"));
+}
+
+TEST(LoadErrorsTest, NonScalarKey) {
+  std::string message = ErrorOf(WithUpstream("? [a, b]\n: 1\n"));
+  EXPECT_EQ(message, "test.yaml:2: has a key that is a list (expected plain key names)");
+  EXPECT_TRUE(
+      FailsAt(WithUpstream("log:\n  ? {a: b}\n  : 1\n"), 3, "log", "key that is a mapping"));
+}
+
+TEST(LoadErrorsTest, WrongTypeForThreads) {
+  EXPECT_TRUE(FailsAt(WithUpstream("threads: abc\n"), 2, "threads", "'abc' is not a whole number"));
+  EXPECT_TRUE(FailsAt(WithUpstream("threads: -1\n"), 2, "threads", "not a whole number"));
+  EXPECT_TRUE(FailsAt(WithUpstream("threads: 2.5\n"), 2, "threads", "not a whole number"));
+  EXPECT_TRUE(FailsAt(WithUpstream("threads: [1]\n"), 2, "threads", "is a list"));
+  EXPECT_TRUE(FailsAt(WithUpstream("threads:\n"), 2, "threads", "empty (no value)"));
+}
+
+TEST(LoadErrorsTest, ThreadsOutOfRange) {
+  EXPECT_TRUE(FailsAt(WithUpstream("threads: 1025\n"), 2, "threads", "from 0 to 1024"));
+  EXPECT_TRUE(
+      FailsAt(WithUpstream("threads: 99999999999999999999999\n"), 2, "threads", "too large"));
+}
+
+TEST(LoadErrorsTest, WrongTypeForSections) {
+  EXPECT_TRUE(FailsAt(WithUpstream("routes: {}\n"), 2, "routes", "is a mapping (expected a list"));
+  EXPECT_TRUE(FailsAt(WithUpstream("fencing: [a]\n"), 2, "fencing", "expected a mapping"));
+  EXPECT_TRUE(FailsAt(WithUpstream("\nlimits: 5\n"), 3, "limits", "the value '5'"));
+  EXPECT_TRUE(FailsAt(WithUpstream("admin:\n"), 2, "admin", "empty (no value)"));
+  EXPECT_TRUE(FailsAt("upstream: http://h\n", 1, "upstream", "expected a mapping"));
+}
+
+TEST(LoadErrorsTest, WrongTypeForBooleans) {
+  EXPECT_TRUE(FailsAt(WithUpstream("fencing:\n  forward_token: maybe\n"), 3,
+                      "fencing.forward_token",
+                      "'maybe' is not a boolean (expected true or false)"));
+  EXPECT_TRUE(
+      FailsAt(WithUpstream("log:\n  access_log: yes\n"), 3, "log.access_log", "not a boolean"));
+}
+
+TEST(LoadErrorsTest, WrongTypeForStrings) {
+  EXPECT_TRUE(
+      FailsAt(WithUpstream("admin:\n  token: {a: b}\n"), 3, "admin.token", "expected a string"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    endpoints: \"http://e:2379\"\n"), 4,
+                      "storage.etcd.endpoints", "expected a non-empty list"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    endpoints: [\"a\", [b]]\n"), 4,
+                      "storage.etcd.endpoints[1]", "is a list"));
+}
+
+TEST(LoadErrorsTest, BadDurations) {
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h\n  timeout: 10\n", 3, "upstream.timeout",
+                      "'10' is not a duration"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h\n  connect_timeout: 1.5s\n", 3,
+                      "upstream.connect_timeout", "not a duration"));
+  EXPECT_TRUE(FailsAt(WithUpstream("limits:\n  max_body_bytes: 1\n  idle_timeout: -5s\n"), 4,
+                      "limits.idle_timeout", "not a duration"));
+  EXPECT_TRUE(FailsAt(WithUpstream("limits: {header_timeout: 10 s}\n"), 2, "limits.header_timeout",
+                      "not a duration"));
+}
+
+TEST(LoadErrorsTest, ZeroTimeouts) {
+  EXPECT_TRUE(FailsAt(WithUpstream("limits:\n  header_timeout: 0s\n"), 3, "limits.header_timeout",
+                      "'0s' is zero (expected a positive duration"));
+  EXPECT_TRUE(
+      FailsAt("upstream:\n  timeout: 0ms\n  url: http://h\n", 2, "upstream.timeout", "is zero"));
+}
+
+TEST(LoadErrorsTest, LimitsMustBePositive) {
+  EXPECT_TRUE(FailsAt(WithUpstream("limits:\n  max_header_bytes: 0\n"), 3,
+                      "limits.max_header_bytes", "out of range"));
+  EXPECT_TRUE(FailsAt(WithUpstream("limits:\n  max_connections: many\n"), 3,
+                      "limits.max_connections", "not a whole number"));
+}
+
+TEST(LoadErrorsTest, MissingUpstreamSection) {
+  EXPECT_TRUE(FailsAt("\nlisten: \"127.0.0.1:1\"\n", 2, "upstream.url", "is missing"));
+}
+
+TEST(LoadErrorsTest, MissingUpstreamUrl) {
+  EXPECT_TRUE(FailsAt("threads: 1\nupstream:\n  timeout: 5s\n", 2, "upstream.url", "is missing"));
+}
+
+TEST(LoadErrorsTest, UpstreamUrlNotHttp) {
+  EXPECT_TRUE(FailsAt("upstream:\n  url: https://h\n", 2, "upstream.url", "TLS"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: ftp://h\n", 2, "upstream.url", "scheme 'ftp'"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: \"\"\n", 2, "upstream.url", "is empty"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: \"not a url\"\n", 2, "upstream.url", "is not a URL"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: 127.0.0.1:9000\n", 2, "upstream.url"));
+}
+
+TEST(LoadErrorsTest, UpstreamUrlParts) {
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://u:p@h/\n", 2, "upstream.url", "user info"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h/?a=1\n", 2, "upstream.url", "query"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h/#x\n", 2, "upstream.url", "fragment"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http:///path\n", 2, "upstream.url", "no usable host"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http:/path\n", 2, "upstream.url", "no usable host"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h:0/\n", 2, "upstream.url", "port '0'"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h:70000/\n", 2, "upstream.url", "port '70000'"));
+}
+
+TEST(LoadErrorsTest, UnparseableListenAddresses) {
+  EXPECT_TRUE(
+      FailsAt(WithUpstream("listen: \"8080\"\n"), 2, "listen", "'8080' is not a listen address"));
+  EXPECT_TRUE(FailsAt(WithUpstream("listen: \"\"\n"), 2, "listen", "not a listen address"));
+  EXPECT_TRUE(FailsAt(WithUpstream("admin:\n  token: t\n  listen: \"::1:9901\"\n"), 4,
+                      "admin.listen", "not a listen address"));
+  EXPECT_TRUE(FailsAt(WithUpstream("locks:\n  listen: \"example.com:1\"\n"), 3, "locks.listen",
+                      "or \"\" to turn it off"));
+}
+
+TEST(LoadErrorsTest, ListenersMustNotShareAnAddress) {
+  EXPECT_TRUE(FailsAt(WithUpstream("listen: \"127.0.0.1:9901\"\n"), 2, "listen",
+                      "also used by admin.listen"));
+  EXPECT_TRUE(
+      FailsAt(WithUpstream("listen: \"127.0.0.1:7000\"\nlocks: {listen: \"127.0.0.1:7000\"}\n"), 3,
+              "locks.listen", "also used by listen"));
+  // Port 0 never conflicts.
+  EXPECT_EQ(ErrorOf(WithUpstream("listen: \"127.0.0.1:0\"\nadmin: {listen: \"127.0.0.1:0\"}\n")),
+            "");
+}
+
+TEST(LoadErrorsTest, FencingTokenHeaderMustBeAToken) {
+  EXPECT_TRUE(FailsAt(WithUpstream("fencing:\n  token_header: \"Fencing Token\"\n"), 3,
+                      "fencing.token_header", "not a valid header name"));
+  EXPECT_TRUE(FailsAt(WithUpstream("fencing:\n  token_header: \"\"\n"), 3, "fencing.token_header",
+                      "not a valid header name"));
+}
+
+TEST(LoadErrorsTest, StorageChoices) {
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  engine: leveldb\n"), 3, "storage.engine",
+                      "'leveldb' is not allowed (expected rocksdb or etcd)"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  durability: fsync\n"), 3, "storage.durability",
+                      "sync or async"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  path: \"\"\n"), 3, "storage.path", "is empty"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    endpoints: []\n"), 4,
+                      "storage.etcd.endpoints", "empty list"));
+}
+
+TEST(LoadErrorsTest, LogLevel) {
+  EXPECT_TRUE(FailsAt(WithUpstream("log:\n  level: verbose\n"), 3, "log.level",
+                      "trace, debug, info, warn, error, critical or off"));
+  EXPECT_TRUE(FailsAt(WithUpstream("log:\n  level: INFO\n"), 3, "log.level", "not allowed"));
+}
+
+TEST(LoadErrorsTest, YamlSyntaxErrorNamesFileAndLine) {
+  std::string message = ErrorOf(WithUpstream("threads: [1, 2\nlisten: x\n"));
+  EXPECT_EQ(message.rfind("test.yaml:3: YAML syntax error: ", 0), 0u) << message;
+  message = ErrorOf("upstream:\n  url: http://h: x\n");
+  EXPECT_EQ(message, "test.yaml:2: YAML syntax error: illegal map value");
+  message = ErrorOf("upstream:\n  url: *undefined_anchor\n");
+  EXPECT_EQ(message.rfind("test.yaml:2: YAML syntax error: ", 0), 0u) << message;
+}
+
+TEST(LoadErrorsTest, EmptyDocumentNamesTheFile) {
+  for (const char* text : {"", "\n\n", "# only a comment\n", "---\n", "~\n"}) {
+    std::string message = ErrorOf(text);
+    EXPECT_EQ(message.rfind("test.yaml: the file is empty", 0), 0u) << message;
+  }
+}
+
+TEST(LoadErrorsTest, DocumentMustBeAMapping) {
+  std::string message = ErrorOf("\n- upstream\n");
+  EXPECT_EQ(message.rfind("test.yaml:2: the document is a list", 0), 0u) << message;
+  message = ErrorOf("just text\n");
+  EXPECT_EQ(message.rfind("test.yaml:1: the document is the value 'just text'", 0), 0u) << message;
+}
+
+TEST(LoadErrorsTest, OnlyOneDocument) {
+  std::string message = ErrorOf(WithUpstream("---\nthreads: 2\n"));
+  EXPECT_EQ(message.rfind("test.yaml:3: a second YAML document", 0), 0u) << message;
+}
+
+TEST(LoadErrorsTest, UnreadableFileNamesTheFile) {
+  LoadResult result = Load("/nonexistent/fencegate.yaml");
+  const auto* error = std::get_if<ConfigError>(&result);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->message.rfind("/nonexistent/fencegate.yaml: cannot read", 0), 0u)
+      << error->message;
+  result = Load("/tmp");
+  error = std::get_if<ConfigError>(&result);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->message, "/tmp: cannot read: is a directory");
+}
+
+TEST(LoadErrorsTest, MessageUsesTheGivenName) {
+  LoadResult result = LoadFromString("threads: x\n", "/etc/fencegate/prod.yaml");
+  const auto* error = std::get_if<ConfigError>(&result);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->message.rfind("/etc/fencegate/prod.yaml:1: field 'threads': ", 0), 0u)
+      << error->message;
+}
+
+}  // namespace
+}  // namespace fencegate::config

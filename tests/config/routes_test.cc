@@ -1,0 +1,167 @@
+// routes[i]: matching, methods, mode, idempotency, names and lines.
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace fencegate::config {
+namespace {
+
+using testing::FailsAt;
+using testing::kUpstream;
+using testing::MustLoad;
+
+// Line 1 upstream, line 2 "routes:", the given route lines from line 3.
+std::string Routes(std::string_view routes) {
+  return std::string(kUpstream) + "routes:\n" + std::string(routes);
+}
+
+TEST(RoutesTest, DefaultsOfAPrefixRoute) {
+  Config c = MustLoad(Routes("  - path_prefix: /objects/\n"));
+  ASSERT_EQ(c.routes.size(), 1u);
+  const RouteConfig& r = c.routes[0];
+  EXPECT_EQ(r.name, "route-0");
+  EXPECT_EQ(r.path_prefix, "/objects/");
+  EXPECT_EQ(r.path_regex, "");
+  EXPECT_EQ(r.methods, (std::vector<std::string>{"PUT", "POST", "PATCH", "DELETE"}));
+  EXPECT_EQ(r.key, "{path}");
+  EXPECT_EQ(r.mode, RouteMode::kEnforce);
+  EXPECT_EQ(r.idempotency, std::nullopt);
+  EXPECT_EQ(r.line, 3);
+}
+
+TEST(RoutesTest, NamesDefaultByIndexAndLinesAreRecorded) {
+  Config c =
+      MustLoad(Routes("  - name: first\n"
+                      "    path_prefix: /a\n"
+                      "  - path_prefix: /b\n"
+                      "\n"
+                      "  - {path_prefix: /c, mode: off}\n"));
+  ASSERT_EQ(c.routes.size(), 3u);
+  EXPECT_EQ(c.routes[0].name, "first");
+  EXPECT_EQ(c.routes[1].name, "route-1");
+  EXPECT_EQ(c.routes[2].name, "route-2");
+  EXPECT_EQ(c.routes[0].line, 3);
+  EXPECT_EQ(c.routes[1].line, 5);
+  EXPECT_EQ(c.routes[2].line, 7);
+  EXPECT_EQ(c.routes[2].mode, RouteMode::kOff);
+}
+
+TEST(RoutesTest, EmptyRouteListIsAllowed) {
+  EXPECT_TRUE(MustLoad(std::string(kUpstream) + "routes: []\n").routes.empty());
+}
+
+TEST(RoutesTest, UnknownKeyInsideARoute) {
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a\n    method: [PUT]\n"), 4, "routes[0].method",
+                      "unknown key (expected one of name, path_prefix, path_regex, methods"));
+}
+
+TEST(RoutesTest, RouteMustBeAMapping) {
+  EXPECT_TRUE(
+      FailsAt(Routes("  - path_prefix: /a\n  - /b\n"), 4, "routes[1]", "expected a mapping"));
+}
+
+TEST(RoutesTest, NeedsPrefixOrRegex) {
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a\n  - name: x\n    mode: shadow\n"), 4,
+                      "routes[1]", "neither path_prefix nor path_regex"));
+}
+
+TEST(RoutesTest, PrefixAndRegexConflict) {
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a\n    path_regex: ^/a\n"), 4,
+                      "routes[0].path_regex", "conflicts with path_prefix on line 3"));
+}
+
+TEST(RoutesTest, PrefixMustStartWithSlash) {
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: objects/\n"), 3, "routes[0].path_prefix",
+                      "does not start with '/'"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: \"\"\n"), 3, "routes[0].path_prefix", "is empty"));
+}
+
+TEST(RoutesTest, RegexMustCompile) {
+  EXPECT_TRUE(FailsAt(Routes("  - path_regex: \"^/a/([^/]+\"\n"), 3, "routes[0].path_regex",
+                      "'^/a/([^/]+' is not a valid regex: "));
+  EXPECT_TRUE(FailsAt(Routes("  - path_regex: \"[z-a]\"\n"), 3, "routes[0].path_regex",
+                      "is not a valid regex"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_regex: \"\"\n"), 3, "routes[0].path_regex", "is empty"));
+}
+
+TEST(RoutesTest, MethodsAreUpperCased) {
+  Config c = MustLoad(Routes("  - path_prefix: /\n    methods: [get, Post, PROPFIND]\n"));
+  ASSERT_EQ(c.routes.size(), 1u);
+  EXPECT_EQ(c.routes[0].methods, (std::vector<std::string>{"GET", "POST", "PROPFIND"}));
+}
+
+TEST(RoutesTest, BadMethods) {
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: []\n"), 4, "routes[0].methods",
+                      "empty list"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: PUT\n"), 4, "routes[0].methods",
+                      "is the value 'PUT'"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: [PUT, put]\n"), 4,
+                      "routes[0].methods[1]", "'PUT' is listed twice"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods:\n      - PUT\n      - \"PO ST\"\n"),
+                      6, "routes[0].methods[1]", "not a method name"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: [PUT, \"\"]\n"), 4,
+                      "routes[0].methods[1]", "is empty"));
+}
+
+TEST(RoutesTest, Modes) {
+  Config c =
+      MustLoad(Routes("  - {path_prefix: /a, mode: enforce}\n"
+                      "  - {path_prefix: /b, mode: shadow}\n"
+                      "  - {path_prefix: /c, mode: \"off\"}\n"));
+  ASSERT_EQ(c.routes.size(), 3u);
+  EXPECT_EQ(c.routes[0].mode, RouteMode::kEnforce);
+  EXPECT_EQ(c.routes[1].mode, RouteMode::kShadow);
+  EXPECT_EQ(c.routes[2].mode, RouteMode::kOff);
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    mode: Enforce\n"), 4, "routes[0].mode",
+                      "expected enforce, shadow or off"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    mode: false\n"), 4, "routes[0].mode",
+                      "'false' is not allowed"));
+}
+
+TEST(RoutesTest, Idempotency) {
+  Config c =
+      MustLoad(Routes("  - {path_prefix: /a, idempotency: off}\n"
+                      "  - {path_prefix: /b, idempotency: 10m}\n"
+                      "  - {path_prefix: /c, idempotency: 1h30m}\n"));
+  ASSERT_EQ(c.routes.size(), 3u);
+  EXPECT_EQ(c.routes[0].idempotency, std::nullopt);
+  EXPECT_EQ(c.routes[1].idempotency, Duration(600000));
+  EXPECT_EQ(c.routes[2].idempotency, Duration(5400000));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    idempotency: 24\n"), 4,
+                      "routes[0].idempotency", "expected off or a window"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    idempotency: 0s\n"), 4,
+                      "routes[0].idempotency", "neither off nor a positive duration"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    idempotency: no\n"), 4,
+                      "routes[0].idempotency", "'no'"));
+}
+
+TEST(RoutesTest, DuplicateNames) {
+  EXPECT_TRUE(FailsAt(Routes("  - name: objects\n    path_prefix: /a\n"
+                             "  - path_prefix: /b\n"
+                             "    name: objects\n"),
+                      6, "routes[1].name", "'objects' is already the name of routes[0] on line 3"));
+  // A chosen name may collide with a default one.
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a\n  - {name: route-0, path_prefix: /b}\n"), 4,
+                      "routes[1].name", "already the name of routes[0]"));
+  EXPECT_TRUE(FailsAt(Routes("  - {name: route-1, path_prefix: /a}\n  - path_prefix: /b\n"), 4,
+                      "routes[1].name", "already the name"));
+}
+
+TEST(RoutesTest, BadName) {
+  EXPECT_TRUE(
+      FailsAt(Routes("  - {name: \"\", path_prefix: /a}\n"), 3, "routes[0].name", "is empty"));
+  EXPECT_TRUE(FailsAt(Routes("  - {name: \"a\\tb\", path_prefix: /a}\n"), 3, "routes[0].name",
+                      "control character"));
+}
+
+TEST(RoutesTest, ErrorsInLaterRoutesNameTheirIndex) {
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a\n"
+                             "  - path_prefix: /b\n"
+                             "  - path_prefix: /c\n"
+                             "    mode: strict\n"),
+                      6, "routes[2].mode", "'strict'"));
+}
+
+}  // namespace
+}  // namespace fencegate::config

@@ -1,0 +1,72 @@
+#pragma once
+// An in-memory TokenStore for filter tests: same contract as the real
+// engines, answers on a thread of its own, and can be told to fail.
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "storage/token_store.h"
+
+namespace fencegate::testing {
+
+class FakeStore : public storage::TokenStore {
+ public:
+  std::atomic<bool> fail{false};
+  std::atomic<int> advances{0};
+
+  void Advance(std::string key, uint64_t token, FenceHandler h) override {
+    advances++;
+    Answer([this, key, token, h] {
+      if (fail) return h(storage::Status::IoError("injected"), {});
+      storage::Fence f;
+      {
+        std::lock_guard lock(mu_);
+        uint64_t& cur = map_[key];
+        f.accepted = token >= cur;
+        if (f.accepted) cur = token;
+        f.current = cur;
+      }
+      h({}, f);  // nothing touches `this` after the handler
+    });
+  }
+  void Raise(std::string key, uint64_t token, FenceHandler h) override {
+    Answer([this, key, token, h] {
+      storage::Fence f{true, 0};
+      {
+        std::lock_guard lock(mu_);
+        uint64_t& cur = map_[key];
+        cur = std::max(cur, token);
+        f.current = cur;
+      }
+      h({}, f);
+    });
+  }
+  void Get(std::string key, GetHandler h) override {
+    Answer([this, key, h] {
+      std::optional<uint64_t> v;
+      {
+        std::lock_guard lock(mu_);
+        auto it = map_.find(key);
+        if (it != map_.end()) v = it->second;
+      }
+      h({}, v);
+    });
+  }
+  storage::Status Health() const override {
+    return fail ? storage::Status::IoError("injected") : storage::Status::Ok();
+  }
+  storage::Status Close() override { return {}; }
+
+ private:
+  // Each answer on a fresh thread, as a real engine answers off the caller.
+  template <typename F>
+  void Answer(F f) {
+    std::thread(std::move(f)).detach();
+  }
+  std::mutex mu_;
+  std::map<std::string, uint64_t> map_;
+};
+
+}  // namespace fencegate::testing

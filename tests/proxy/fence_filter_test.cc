@@ -1,0 +1,149 @@
+#include "proxy/fence_filter.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <future>
+
+#include "tests/proxy/fake_store.h"
+
+namespace fencegate::proxy {
+namespace {
+
+namespace http = boost::beast::http;
+
+config::RouteConfig RouteAt(std::string prefix, config::RouteMode mode) {
+  config::RouteConfig r;
+  r.name = "objects";
+  r.path_prefix = std::move(prefix);
+  r.mode = mode;
+  return r;
+}
+
+class FenceFilterTest : public ::testing::Test {
+ protected:
+  void UseRoutes(std::vector<config::RouteConfig> routes) {
+    std::string error;
+    router_ = Router::Build(routes, &error);
+    ASSERT_TRUE(router_) << error;
+  }
+  WriteIntent Classify(std::string_view method, std::string_view path,
+                       std::optional<std::string> token) {
+    http::fields headers;
+    if (token) headers.set("Fencing-Token", *token);
+    return proxy::Classify(settings_, *router_, method, path, headers);
+  }
+  FenceVerdict Check(const WriteIntent& intent) {
+    boost::asio::io_context ioc;
+    FenceVerdict out;
+    filter_.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { out = std::move(v); });
+    ioc.run();  // returns once the verdict was delivered (work is tracked)
+    return out;
+  }
+  FenceVerdict Write(std::string_view path, uint64_t token) {
+    WriteIntent intent = Classify("PUT", path, std::to_string(token));
+    EXPECT_EQ(intent.kind, WriteIntent::Kind::kFence);
+    return Check(intent);
+  }
+
+  FenceSettings settings_;
+  std::unique_ptr<Router> router_;
+  testing::FakeStore store_;
+  KeyQueue queue_;
+  FenceFilter filter_{store_, queue_};
+};
+
+TEST_F(FenceFilterTest, UnmatchedPathAndUnfencedMethodPassThrough) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  EXPECT_EQ(Classify("PUT", "/other/a", std::nullopt).kind, WriteIntent::Kind::kPassThrough);
+  EXPECT_EQ(Classify("GET", "/objects/a", std::nullopt).kind, WriteIntent::Kind::kPassThrough);
+}
+
+TEST_F(FenceFilterTest, MissingTokenIs428WithKey) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  WriteIntent i = Classify("PUT", "/objects/a", std::nullopt);
+  ASSERT_EQ(i.kind, WriteIntent::Kind::kReject);
+  EXPECT_EQ(i.reply->result(), http::status::precondition_required);
+  auto body = nlohmann::json::parse(i.reply->body());
+  EXPECT_EQ(body["error"], "token_required");
+  EXPECT_EQ(body["key"], "/objects/a");
+  EXPECT_EQ(i.reply->at(http::field::content_type), "application/json");
+}
+
+TEST_F(FenceFilterTest, MalformedTokenIs400) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  WriteIntent i = Classify("PUT", "/objects/a", "0x10");
+  ASSERT_EQ(i.kind, WriteIntent::Kind::kReject);
+  EXPECT_EQ(i.reply->result(), http::status::bad_request);
+  EXPECT_EQ(nlohmann::json::parse(i.reply->body())["error"], "bad_token");
+}
+
+TEST_F(FenceFilterTest, TheMissionTimeline) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  EXPECT_TRUE(Write("/objects/x", 33).forward);
+  EXPECT_TRUE(Write("/objects/x", 34).forward);
+  FenceVerdict stale = Write("/objects/x", 33);
+  ASSERT_FALSE(stale.forward);
+  EXPECT_FALSE(stale.lease.held());
+  EXPECT_EQ(stale.reply->result(), http::status::conflict);
+  EXPECT_EQ(stale.reply->at("Fencing-Token-Current"), "34");
+  auto body = nlohmann::json::parse(stale.reply->body());
+  EXPECT_EQ(body["error"], "stale_token");
+  EXPECT_EQ(body["current"], 34);
+  EXPECT_EQ(body["token"], 33);
+  EXPECT_EQ(body["key"], "/objects/x");
+  EXPECT_TRUE(Write("/objects/x", 34).forward);  // equal token: same holder again
+  EXPECT_TRUE(Write("/objects/y", 1).forward);   // another key is independent
+}
+
+TEST_F(FenceFilterTest, ForwardedVerdictHoldsTheKey) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  FenceVerdict first = Write("/objects/x", 5);
+  ASSERT_TRUE(first.forward);
+  EXPECT_TRUE(first.lease.held());
+  EXPECT_EQ(queue_.active_keys(), 1u);
+  first.lease.Release();
+  EXPECT_EQ(queue_.active_keys(), 0u);
+}
+
+TEST_F(FenceFilterTest, StoreFailureFailsClosed) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  store_.fail = true;
+  FenceVerdict v = Write("/objects/x", 7);
+  EXPECT_FALSE(v.forward);
+  EXPECT_EQ(v.outcome, "store_unavailable");
+  EXPECT_EQ(v.reply->result(), http::status::service_unavailable);
+  EXPECT_EQ(nlohmann::json::parse(v.reply->body())["error"], "store_unavailable");
+}
+
+TEST_F(FenceFilterTest, ShadowModeForwardsWhatEnforceWouldRefuse) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kShadow)});
+  EXPECT_TRUE(Write("/objects/x", 10).forward);
+  FenceVerdict stale = Write("/objects/x", 9);
+  EXPECT_TRUE(stale.forward);
+  EXPECT_EQ(stale.shadow_violation, "stale");
+  EXPECT_EQ(filter_.shadow_violations(), 1u);
+  WriteIntent missing = Classify("PUT", "/objects/x", std::nullopt);
+  EXPECT_EQ(missing.kind, WriteIntent::Kind::kPassThrough);
+  EXPECT_EQ(missing.shadow_violation, "token_required");
+}
+
+TEST_F(FenceFilterTest, ModeOffExemptsASubtree) {
+  UseRoutes({RouteAt("/objects/tmp/", config::RouteMode::kOff),
+             RouteAt("/objects/", config::RouteMode::kEnforce)});
+  EXPECT_EQ(Classify("PUT", "/objects/tmp/a", std::nullopt).kind,
+            WriteIntent::Kind::kPassThrough);
+  EXPECT_EQ(Classify("PUT", "/objects/a", std::nullopt).kind, WriteIntent::Kind::kReject);
+}
+
+TEST_F(FenceFilterTest, HeaderKeyTemplateMissingHeaderIsBadKey) {
+  auto route = RouteAt("/objects/", config::RouteMode::kEnforce);
+  route.key = "{header:X-Tenant}:{path}";
+  UseRoutes({route});
+  WriteIntent i = Classify("PUT", "/objects/a", "1");
+  ASSERT_EQ(i.kind, WriteIntent::Kind::kReject);
+  EXPECT_EQ(nlohmann::json::parse(i.reply->body())["error"], "bad_key");
+}
+
+}  // namespace
+}  // namespace fencegate::proxy

@@ -1,0 +1,90 @@
+#include "proxy/headers.h"
+
+#include <gtest/gtest.h>
+
+#include "proxy/admin_session.h"
+
+namespace fencegate::proxy {
+namespace {
+
+namespace http = boost::beast::http;
+
+TEST(Headers, HopByHopAndConnectionNamedFieldsAreDropped) {
+  http::fields in;
+  in.set(http::field::host, "example");
+  in.set(http::field::connection, "keep-alive, X-Secret");
+  in.set("X-Secret", "s");
+  in.set(http::field::keep_alive, "timeout=5");
+  in.set(http::field::te, "trailers");
+  in.set(http::field::transfer_encoding, "chunked");
+  in.set(http::field::content_length, "10");
+  in.set(http::field::upgrade, "websocket");
+  in.set(http::field::proxy_authorization, "Basic x");
+  in.set(http::field::expect, "100-continue");
+  in.set("Proxy-Connection", "keep-alive");
+  in.set("X-Kept", "yes");
+  in.set("Fencing-Token", "5");
+  http::fields out;
+  CopyEndToEndFields(in, out);
+  EXPECT_EQ(out[http::field::host], "example");
+  EXPECT_EQ(out["X-Kept"], "yes");
+  EXPECT_EQ(out["Fencing-Token"], "5");
+  for (auto name : {"Connection", "X-Secret", "Keep-Alive", "TE", "Transfer-Encoding",
+                    "Content-Length", "Upgrade", "Proxy-Authorization", "Expect",
+                    "Proxy-Connection"}) {
+    EXPECT_EQ(out.find(name), out.end()) << name;
+  }
+}
+
+TEST(Headers, SkipDropsTheTokenHeaderWhenNotForwarded) {
+  http::fields in;
+  in.set("fencing-token", "5");
+  http::fields out;
+  CopyEndToEndFields(in, out, "Fencing-Token");
+  EXPECT_EQ(out.find("Fencing-Token"), out.end());
+}
+
+TEST(Headers, RepeatedFieldsKeepTheirOrder) {
+  http::fields in;
+  in.insert("X-A", "1");
+  in.insert("X-A", "2");
+  http::fields out;
+  CopyEndToEndFields(in, out);
+  auto range = out.equal_range("X-A");
+  std::vector<std::string> values;
+  for (auto it = range.first; it != range.second; ++it) values.emplace_back(it->value());
+  EXPECT_EQ(values, (std::vector<std::string>{"1", "2"}));
+}
+
+TEST(Headers, ExpectContinue) {
+  http::fields f;
+  EXPECT_FALSE(ExpectsContinue(f));
+  f.set(http::field::expect, "100-Continue");
+  EXPECT_TRUE(ExpectsContinue(f));
+}
+
+TEST(AdminTargets, KeyIsOnePercentEncodedSegment) {
+  std::string key;
+  bool fence = true;
+  ASSERT_TRUE(ParseAdminKeyTarget("/v1/keys/%2Fobjects%2Fa", &key, &fence));
+  EXPECT_EQ(key, "/objects/a");
+  EXPECT_FALSE(fence);
+  ASSERT_TRUE(ParseAdminKeyTarget("/v1/keys/%2Fobjects%2Fa/fence", &key, &fence));
+  EXPECT_EQ(key, "/objects/a");
+  EXPECT_TRUE(fence);
+  EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/objects/a", &key, &fence));
+  EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/", &key, &fence));
+  EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/%zz", &key, &fence));
+  EXPECT_FALSE(ParseAdminKeyTarget("/v1/other/x", &key, &fence));
+}
+
+TEST(AdminAuth, ConstantTimeEquals) {
+  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
+  EXPECT_FALSE(ConstantTimeEquals("", "x"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+}
+
+}  // namespace
+}  // namespace fencegate::proxy

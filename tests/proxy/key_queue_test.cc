@@ -1,0 +1,101 @@
+#include "proxy/key_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <string>
+#include <vector>
+
+namespace fencegate::proxy {
+namespace {
+
+using boost::asio::io_context;
+
+TEST(KeyQueue, SameKeyRunsOneAtATimeInArrivalOrder) {
+  io_context ioc;
+  KeyQueue q;
+  std::vector<std::string> events;
+  std::vector<KeyLease> held;
+  for (int i = 0; i < 3; ++i) {
+    q.Acquire("k", ioc.get_executor(), [&, i](KeyLease lease) {
+      events.push_back("start " + std::to_string(i));
+      held.push_back(std::move(lease));
+    });
+  }
+  ioc.poll();
+  ioc.restart();
+  // Only the first got the key; two wait.
+  ASSERT_EQ(events, (std::vector<std::string>{"start 0"}));
+  EXPECT_EQ(q.waiting(), 2u);
+  held[0].Release();
+  ioc.poll();
+  ioc.restart();
+  ASSERT_EQ(events, (std::vector<std::string>{"start 0", "start 1"}));
+  held[1].Release();
+  ioc.poll();
+  ioc.restart();
+  ASSERT_EQ(events, (std::vector<std::string>{"start 0", "start 1", "start 2"}));
+  held[2].Release();
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+TEST(KeyQueue, DifferentKeysDoNotWait) {
+  io_context ioc;
+  KeyQueue q;
+  std::vector<KeyLease> held;
+  q.Acquire("a", ioc.get_executor(), [&](KeyLease l) { held.push_back(std::move(l)); });
+  q.Acquire("b", ioc.get_executor(), [&](KeyLease l) { held.push_back(std::move(l)); });
+  ioc.poll();
+  EXPECT_EQ(held.size(), 2u);
+  EXPECT_EQ(q.active_keys(), 2u);
+  EXPECT_EQ(q.waiting(), 0u);
+}
+
+TEST(KeyQueue, DroppedLeaseHandsOverTheKey) {
+  io_context ioc;
+  KeyQueue q;
+  bool second = false;
+  q.Acquire("k", ioc.get_executor(), [](KeyLease) { /* dropped at once */ });
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease) { second = true; });
+  ioc.poll();
+  EXPECT_TRUE(second);
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+TEST(KeyQueue, HandlerNeverRunsInsideAcquire) {
+  io_context ioc;
+  KeyQueue q;
+  bool ran = false;
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease) { ran = true; });
+  EXPECT_FALSE(ran);
+  ioc.poll();
+  EXPECT_TRUE(ran);
+}
+
+TEST(KeyQueue, MovedLeaseReleasesOnce) {
+  io_context ioc;
+  KeyQueue q;
+  KeyLease outer, second;
+  int seconds = 0;
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { outer = std::move(l); });
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { ++seconds; second = std::move(l); });
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease) { ++seconds; });
+  ioc.poll();
+  ioc.restart();
+  EXPECT_TRUE(outer.held());
+  KeyLease moved = std::move(outer);
+  EXPECT_FALSE(outer.held());
+  moved.Release();
+  moved.Release();  // second release is a no-op: it must not admit the third
+  ioc.poll();
+  ioc.restart();
+  EXPECT_EQ(seconds, 1);
+  second.Release();
+  ioc.poll();
+  EXPECT_EQ(seconds, 2);
+}
+
+}  // namespace
+}  // namespace fencegate::proxy

@@ -1,0 +1,201 @@
+// RocksDbStore when the disk fails: a file system that fails writes on
+// demand (as LevelDB's fault-injection Env does) sits under RocksDB.
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/io_status.h>
+
+#include "storage/rocksdb_store.h"
+#include "tests/storage/test_util.h"
+
+namespace fencegate::storage {
+namespace {
+
+using rocksdb::IODebugContext;
+using rocksdb::IOOptions;
+using rocksdb::IOStatus;
+using testing::AdvanceSync;
+using testing::GetSync;
+using testing::OpenRocks;
+using testing::RaiseSync;
+using testing::TempDir;
+
+enum class DiskFault { kNone, kNoSpace, kIoError };
+
+IOStatus Injected(DiskFault fault) {
+  if (fault == DiskFault::kNoSpace) return IOStatus::NoSpace("injected");
+  return IOStatus::IOError("injected disk failure");
+}
+
+class FailingFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FailingFile(std::unique_ptr<rocksdb::FSWritableFile> file,
+              const std::atomic<DiskFault>* fault)
+      : FSWritableFileOwnerWrapper(std::move(file)), fault_(fault) {}
+
+  IOStatus Append(const rocksdb::Slice& data, const IOOptions& o,
+                  IODebugContext* d) override {
+    if (DiskFault f = fault_->load(); f != DiskFault::kNone) return Injected(f);
+    return FSWritableFileOwnerWrapper::Append(data, o, d);
+  }
+  IOStatus Append(const rocksdb::Slice& data, const IOOptions& o,
+                  const rocksdb::DataVerificationInfo& v,
+                  IODebugContext* d) override {
+    if (DiskFault f = fault_->load(); f != DiskFault::kNone) return Injected(f);
+    return FSWritableFileOwnerWrapper::Append(data, o, v, d);
+  }
+  IOStatus Sync(const IOOptions& o, IODebugContext* d) override {
+    if (DiskFault f = fault_->load(); f != DiskFault::kNone) return Injected(f);
+    return FSWritableFileOwnerWrapper::Sync(o, d);
+  }
+  IOStatus Fsync(const IOOptions& o, IODebugContext* d) override {
+    if (DiskFault f = fault_->load(); f != DiskFault::kNone) return Injected(f);
+    return FSWritableFileOwnerWrapper::Fsync(o, d);
+  }
+
+ private:
+  const std::atomic<DiskFault>* fault_;
+};
+
+class FailingFs : public rocksdb::FileSystemWrapper {
+ public:
+  FailingFs() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FailingFs"; }
+
+  IOStatus NewWritableFile(const std::string& name,
+                           const rocksdb::FileOptions& options,
+                           std::unique_ptr<rocksdb::FSWritableFile>* result,
+                           IODebugContext* dbg) override {
+    if (DiskFault f = fault.load(); f != DiskFault::kNone) return Injected(f);
+    std::unique_ptr<rocksdb::FSWritableFile> file;
+    IOStatus s = target()->NewWritableFile(name, options, &file, dbg);
+    if (s.ok()) result->reset(new FailingFile(std::move(file), &fault));
+    return s;
+  }
+
+  std::atomic<DiskFault> fault{DiskFault::kNone};
+};
+
+class RocksDbStoreFailureTest : public ::testing::TestWithParam<DiskFault> {
+ protected:
+  void SetUp() override {
+    fs_ = std::make_shared<FailingFs>();
+    env_ = rocksdb::NewCompositeEnv(fs_);
+  }
+  void TearDown() override {
+    fs_->fault = DiskFault::kNone;
+    if (store_) (void)store_->Close();
+  }
+
+  void OpenStore(std::chrono::milliseconds recovery_interval) {
+    RocksDbStoreOptions options;
+    options.path = dir_.path();
+    options.env = env_.get();
+    options.recovery_interval = recovery_interval;
+    Status s = RocksDbStore::Open(options, &store_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  // Waits until Health() is ok; the writer retries every recovery_interval.
+  bool WaitHealthy() {
+    auto deadline = std::chrono::steady_clock::now() + testing::kHandlerDeadline;
+    while (!store_->Health().ok()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<FailingFs> fs_;
+  std::unique_ptr<rocksdb::Env> env_;  // outlives store_ (declared before)
+  std::unique_ptr<RocksDbStore> store_;
+};
+
+TEST_P(RocksDbStoreFailureTest, FailedWriteRefusesTheBatchAndRecovers) {
+  // A long interval: recovery here comes from the next batch, not the timer.
+  OpenStore(std::chrono::hours(1));
+  ASSERT_TRUE(AdvanceSync(*store_, "k", 5).fence.accepted);
+  ASSERT_TRUE(store_->Health().ok());
+
+  fs_->fault = GetParam();
+  auto r = AdvanceSync(*store_, "k", 9);
+  EXPECT_EQ(r.status.code(), Status::Code::kIoError) << r.status.ToString();
+  EXPECT_EQ(RaiseSync(*store_, "k", 10).status.code(),
+            Status::Code::kIoError);
+  // Even a request that needs no write is not answered "accepted" while the
+  // store cannot write.
+  EXPECT_FALSE(AdvanceSync(*store_, "k", 5).status.ok());
+  Status health = store_->Health();
+  EXPECT_EQ(health.code(), Status::Code::kIoError) << health.ToString();
+  EXPECT_GE(store_->stats().write_errors, 1u);
+  // The refused token was not acknowledged; reads still see the old value.
+  EXPECT_EQ(GetSync(*store_, "k").value, 5u);
+
+  fs_->fault = DiskFault::kNone;  // the disk recovers; no restart
+  r = AdvanceSync(*store_, "k", 9);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 9u);
+  EXPECT_TRUE(store_->Health().ok());
+  EXPECT_FALSE(AdvanceSync(*store_, "k", 8).fence.accepted);
+  // RocksDB 7.8 treats a failed WAL append as fatal to the open database
+  // (DB::Resume() refuses), so the writer reopened it, once.
+  EXPECT_EQ(store_->stats().reopens, 1u);
+  ASSERT_TRUE(store_->Close().ok());
+
+  auto reopened = OpenRocks(dir_.path());
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(GetSync(*reopened, "k").value, 9u);
+}
+
+TEST_P(RocksDbStoreFailureTest, IdleStoreRecoversWithoutTraffic) {
+  OpenStore(std::chrono::milliseconds(10));
+  ASSERT_TRUE(AdvanceSync(*store_, "k", 5).fence.accepted);
+  fs_->fault = GetParam();
+  EXPECT_FALSE(AdvanceSync(*store_, "k", 6).status.ok());
+  EXPECT_FALSE(store_->Health().ok());
+
+  fs_->fault = DiskFault::kNone;
+  ASSERT_TRUE(WaitHealthy()) << store_->Health().ToString();
+  auto r = AdvanceSync(*store_, "k", 7);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.fence.current, 7u);
+}
+
+TEST_P(RocksDbStoreFailureTest, CloseWhileTheDiskFailsReportsTheError) {
+  OpenStore(std::chrono::milliseconds(10));
+  ASSERT_TRUE(AdvanceSync(*store_, "k", 5).fence.accepted);
+  fs_->fault = GetParam();
+  EXPECT_FALSE(AdvanceSync(*store_, "k", 6).status.ok());
+  Status closed = store_->Close();
+  EXPECT_EQ(closed.code(), Status::Code::kIoError) << closed.ToString();
+  fs_->fault = DiskFault::kNone;
+
+  auto reopened = OpenRocks(dir_.path());
+  ASSERT_NE(reopened, nullptr);
+  auto g = GetSync(*reopened, "k");
+  ASSERT_TRUE(g.status.ok());
+  // 5 was acknowledged; 6 was not, but its WAL record may have survived.
+  ASSERT_TRUE(g.value.has_value());
+  EXPECT_GE(*g.value, 5u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, RocksDbStoreFailureTest,
+                         ::testing::Values(DiskFault::kNoSpace,
+                                           DiskFault::kIoError),
+                         [](const auto& info) {
+                           return info.param == DiskFault::kNoSpace
+                                      ? "NoSpace"
+                                      : "IoError";
+                         });
+
+}  // namespace
+}  // namespace fencegate::storage

@@ -1,0 +1,208 @@
+// RocksDbStore::Open and damaged data: lock held by another process,
+// corrupt values, partial or damaged directories.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include "storage/rocksdb_store.h"
+#include "tests/storage/test_util.h"
+
+extern char** environ;
+
+namespace fencegate::storage {
+namespace {
+
+using testing::AdvanceSync;
+using testing::GetSync;
+using testing::OpenRocks;
+using testing::RaiseSync;
+using testing::TempDir;
+
+constexpr char kLockHolderEnv[] = "FENCEGATE_TEST_LOCK_HOLDER_DIR";
+
+Status TryOpen(const std::string& path) {
+  RocksDbStoreOptions options;
+  options.path = path;
+  std::unique_ptr<RocksDbStore> store;
+  return RocksDbStore::Open(options, &store);
+}
+
+// Not a test on its own: the child half of OtherProcessHoldsTheLock. Opens
+// the store named by the environment, prints "ready", holds the store until
+// stdin closes.
+TEST(RocksDbStoreOpenTest, LockHolderChild) {
+  const char* dir = std::getenv(kLockHolderEnv);
+  if (dir == nullptr) GTEST_SKIP() << "helper for OtherProcessHoldsTheLock";
+  auto store = OpenRocks(dir);
+  ASSERT_NE(store, nullptr);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char c;
+  while (read(STDIN_FILENO, &c, 1) > 0) {
+  }
+  EXPECT_TRUE(store->Close().ok());
+}
+
+TEST(RocksDbStoreOpenTest, OtherProcessHoldsTheLock) {
+  TempDir dir;
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, to_child[1]);
+  posix_spawn_file_actions_addclose(&actions, from_child[0]);
+
+  std::string env_entry = std::string(kLockHolderEnv) + "=" + dir.path();
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  env.push_back(env_entry.data());
+  env.push_back(nullptr);
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=RocksDbStoreOpenTest.LockHolderChild";
+  std::vector<char*> argv{exe.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(),
+                       env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(to_child[0]);
+  close(from_child[1]);
+  ASSERT_EQ(rc, 0);
+
+  // Wait for the child's "ready" (gtest prints its own lines around it).
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while (out.find("ready\n") == std::string::npos &&
+         (n = read(from_child[0], buf, sizeof buf)) > 0) {
+    out.append(buf, n);
+  }
+  ASSERT_NE(out.find("ready\n"), std::string::npos) << out;
+
+  Status s = TryOpen(dir.path());
+  EXPECT_EQ(s.code(), Status::Code::kBusy) << s.ToString();
+  EXPECT_NE(s.message().find("another process holds the data dir lock"),
+            std::string::npos)
+      << s.message();
+
+  close(to_child[1]);  // child closes its store and exits
+  while ((n = read(from_child[0], buf, sizeof buf)) > 0) {
+  }
+  close(from_child[0]);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+
+  EXPECT_TRUE(TryOpen(dir.path()).ok()) << "lock not released by the child";
+}
+
+TEST(RocksDbStoreOpenTest, SecondStoreInThisProcessIsBusy) {
+  TempDir dir;
+  auto first = OpenRocks(dir.path());
+  ASSERT_NE(first, nullptr);
+  Status s = TryOpen(dir.path());
+  EXPECT_EQ(s.code(), Status::Code::kBusy) << s.ToString();
+  ASSERT_TRUE(first->Close().ok());
+  EXPECT_TRUE(TryOpen(dir.path()).ok());
+}
+
+TEST(RocksDbStoreOpenTest, WrongSizedValueIsCorruptionNeverZero) {
+  TempDir dir;
+  {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "bad", "abc").ok());
+    ASSERT_TRUE(db->Close().ok());
+  }
+  {
+    auto store = OpenRocks(dir.path());
+    ASSERT_NE(store, nullptr);
+    auto g = GetSync(*store, "bad");
+    EXPECT_EQ(g.status.code(), Status::Code::kCorruption) << g.status.ToString();
+    EXPECT_EQ(g.value, std::nullopt);
+    auto a = AdvanceSync(*store, "bad", 5);
+    EXPECT_EQ(a.status.code(), Status::Code::kCorruption) << a.status.ToString();
+    auto r = RaiseSync(*store, "bad", 5);
+    EXPECT_EQ(r.status.code(), Status::Code::kCorruption);
+    // Other keys, even in the same batch, are unaffected.
+    EXPECT_TRUE(AdvanceSync(*store, "good", 1).fence.accepted);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  // The damaged value was not overwritten.
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(
+      rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir.path(), &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "bad", &value).ok());
+  EXPECT_EQ(value, "abc");
+}
+
+TEST(RocksDbStoreOpenTest, RefusesRocksDbFilesWithoutCurrent) {
+  TempDir dir;
+  { std::ofstream(dir.Sub("MANIFEST-000005")) << "not a manifest"; }
+  { std::ofstream(dir.Sub("000004.log")) << "not a wal"; }
+  Status s = TryOpen(dir.path());
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("CURRENT")))
+      << "an empty store was created over the damaged one";
+}
+
+TEST(RocksDbStoreOpenTest, DamagedCurrentFileFailsOpen) {
+  TempDir dir;
+  {
+    auto store = OpenRocks(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(AdvanceSync(*store, "k", 77).status.ok());
+  }
+  std::string current;
+  {
+    std::ifstream in(dir.Sub("CURRENT"));
+    std::getline(in, current);
+  }
+  { std::ofstream(dir.Sub("CURRENT"), std::ios::trunc) << "MANIFEST-999999"; }
+  Status s = TryOpen(dir.path());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.code(), Status::Code::kBusy) << s.ToString();
+
+  // Nothing was overwritten: repairing CURRENT brings the token back.
+  { std::ofstream(dir.Sub("CURRENT"), std::ios::trunc) << current << "\n"; }
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(GetSync(*store, "k").value, 77u);
+}
+
+TEST(RocksDbStoreOpenTest, PathThatIsAFileIsIoError) {
+  TempDir dir;
+  { std::ofstream(dir.Sub("file")) << "x"; }
+  Status s = TryOpen(dir.Sub("file"));
+  EXPECT_EQ(s.code(), Status::Code::kIoError) << s.ToString();
+}
+
+TEST(RocksDbStoreOpenTest, CreatesMissingParentsAndToleratesForeignFiles) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.Sub("vol/lost+found"));
+  { std::ofstream(dir.Sub("vol/README")) << "volume"; }
+  EXPECT_TRUE(TryOpen(dir.Sub("vol")).ok());
+  EXPECT_TRUE(TryOpen(dir.Sub("a/b/c")).ok());
+}
+
+}  // namespace
+}  // namespace fencegate::storage

@@ -1,0 +1,295 @@
+// RocksDbStore: the Advance/Raise/Get contract, persistence, Close().
+
+#include "storage/rocksdb_store.h"
+
+#include <atomic>
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include "tests/storage/test_util.h"
+
+namespace fencegate::storage {
+namespace {
+
+using testing::AdvanceSync;
+using testing::GetSync;
+using testing::OpenRocks;
+using testing::RaiseSync;
+using testing::TempDir;
+
+TEST(RocksDbStoreTest, AdvanceAcceptsHigherAndEqualRefusesLower) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+
+  auto r = AdvanceSync(*store, "/objects/a", 10);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 10u);
+
+  r = AdvanceSync(*store, "/objects/a", 10);  // same holder writes again
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 10u);
+
+  r = AdvanceSync(*store, "/objects/a", 12);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 12u);
+
+  r = AdvanceSync(*store, "/objects/a", 11);  // a paused, stale holder
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_FALSE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 12u);
+  EXPECT_EQ(GetSync(*store, "/objects/a").value, 12u);
+
+  // Keys are independent.
+  r = AdvanceSync(*store, "/objects/b", 1);
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 1u);
+}
+
+TEST(RocksDbStoreTest, TokenZeroOnAnAbsentKeyIsStored) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  auto r = AdvanceSync(*store, "k", 0);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 0u);
+  auto g = GetSync(*store, "k");
+  ASSERT_TRUE(g.status.ok());
+  EXPECT_EQ(g.value, std::optional<uint64_t>(0));
+}
+
+TEST(RocksDbStoreTest, RaiseNeverLowersAndNeverRefuses) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+
+  auto r = RaiseSync(*store, "k", 50);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 50u);
+
+  r = RaiseSync(*store, "k", 20);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 50u);
+  EXPECT_EQ(GetSync(*store, "k").value, 50u);
+
+  // After an administrative raise, older holders are fenced out.
+  r = AdvanceSync(*store, "k", 49);
+  EXPECT_FALSE(r.fence.accepted);
+  EXPECT_EQ(r.fence.current, 50u);
+}
+
+TEST(RocksDbStoreTest, GetAbsentAndPresent) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  auto g = GetSync(*store, "/never");
+  ASSERT_TRUE(g.status.ok()) << g.status.ToString();
+  EXPECT_EQ(g.value, std::nullopt);
+
+  ASSERT_TRUE(AdvanceSync(*store, "/seen", 7).status.ok());
+  g = GetSync(*store, "/seen");
+  ASSERT_TRUE(g.status.ok());
+  EXPECT_EQ(g.value, 7u);
+}
+
+class RocksDbStoreDurabilityTest : public ::testing::TestWithParam<Durability> {};
+
+TEST_P(RocksDbStoreDurabilityTest, TokensSurviveCloseAndReopen) {
+  TempDir dir;
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  {
+    auto store = OpenRocks(dir.path(), GetParam());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(AdvanceSync(*store, "/a", 5).status.ok());
+    ASSERT_TRUE(AdvanceSync(*store, "/a", 9).status.ok());
+    ASSERT_TRUE(RaiseSync(*store, "/b", 3).status.ok());
+    ASSERT_TRUE(AdvanceSync(*store, "/max", kMax).status.ok());
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto store = OpenRocks(dir.path(), GetParam());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(GetSync(*store, "/a").value, 9u);
+  EXPECT_EQ(GetSync(*store, "/b").value, 3u);
+  EXPECT_EQ(GetSync(*store, "/max").value, kMax);
+  EXPECT_FALSE(AdvanceSync(*store, "/a", 8).fence.accepted);
+}
+
+TEST_P(RocksDbStoreDurabilityTest, DestructorClosesAndPersists) {
+  TempDir dir;
+  {
+    auto store = OpenRocks(dir.path(), GetParam());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(AdvanceSync(*store, "/a", 42).status.ok());
+  }  // no explicit Close()
+  auto store = OpenRocks(dir.path(), GetParam());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(GetSync(*store, "/a").value, 42u);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothDurabilities, RocksDbStoreDurabilityTest,
+                         ::testing::Values(Durability::kSync,
+                                           Durability::kAsync),
+                         [](const auto& info) {
+                           return info.param == Durability::kSync ? "Sync"
+                                                                  : "Async";
+                         });
+
+TEST(RocksDbStoreTest, ValuesAreEightBytesBigEndian) {
+  TempDir dir;
+  {
+    auto store = OpenRocks(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(AdvanceSync(*store, "k", 0x0102030405060708ull).status.ok());
+  }
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir.path(), &raw)
+                  .ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "k", &value).ok());
+  EXPECT_EQ(value, std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+}
+
+TEST(RocksDbStoreTest, KeysLongerThan1024BytesAreRefusedAtOnce) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  bool called = false;
+  Status status;
+  store->Advance(std::string(1025, 'k'), 1, [&](const Status& s, Fence) {
+    called = true;
+    status = s;
+  });
+  EXPECT_TRUE(called);  // immediate errors run before the call returns
+  EXPECT_EQ(status.code(), Status::Code::kInvalidArgument);
+
+  auto g = GetSync(*store, std::string(1025, 'k'));
+  EXPECT_EQ(g.status.code(), Status::Code::kInvalidArgument);
+
+  auto r = AdvanceSync(*store, std::string(1024, 'k'), 1);
+  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(GetSync(*store, std::string(1024, 'k')).value, 1u);
+}
+
+TEST(RocksDbStoreTest, CloseAnswersEverythingQueuedThenRefuses) {
+  TempDir dir;
+  constexpr int kRequests = 2000;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  std::atomic<int> answered{0};
+  std::atomic<int> accepted{0};
+  for (int i = 0; i < kRequests; ++i) {
+    store->Advance("k" + std::to_string(i % 10), i,
+                   [&](const Status& s, Fence f) {
+                     if (s.ok() && f.accepted) accepted++;
+                     answered++;
+                   });
+  }
+  Status closed = store->Close();
+  ASSERT_TRUE(closed.ok()) << closed.ToString();
+  // Close() returned only after the writer answered the whole queue.
+  EXPECT_EQ(answered.load(), kRequests);
+  EXPECT_EQ(accepted.load(), kRequests);
+
+  bool called = false;
+  store->Advance("k0", 1u << 30, [&](const Status& s, Fence) {
+    called = true;
+    EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  });
+  EXPECT_TRUE(called);
+  called = false;
+  store->Get("k0", [&](const Status& s, std::optional<uint64_t>) {
+    called = true;
+    EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  });
+  EXPECT_TRUE(called);
+  EXPECT_EQ(store->Health().code(), Status::Code::kUnavailable);
+  EXPECT_TRUE(store->Close().ok());  // idempotent
+
+  auto reopened = OpenRocks(dir.path());
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(GetSync(*reopened, "k9").value, uint64_t{kRequests - 1});
+}
+
+TEST(RocksDbStoreTest, CloseFromAHandlerIsRefused) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  std::promise<Status> from_handler;
+  store->Advance("k", 1, [&](const Status&, Fence) {
+    from_handler.set_value(store->Close());
+  });
+  auto f = from_handler.get_future();
+  ASSERT_EQ(f.wait_for(testing::kHandlerDeadline), std::future_status::ready);
+  EXPECT_EQ(f.get().code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(store->Health().ok());
+  EXPECT_TRUE(store->Close().ok());
+}
+
+TEST(RocksDbStoreTest, HandlersRunOnStoreThreads) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  std::promise<std::thread::id> advance_thread, get_thread;
+  store->Advance("k", 1, [&](const Status&, Fence) {
+    advance_thread.set_value(std::this_thread::get_id());
+  });
+  store->Get("k", [&](const Status&, std::optional<uint64_t>) {
+    get_thread.set_value(std::this_thread::get_id());
+  });
+  std::thread::id writer = advance_thread.get_future().get();
+  std::thread::id reader = get_thread.get_future().get();
+  EXPECT_NE(writer, std::this_thread::get_id());
+  EXPECT_NE(reader, std::this_thread::get_id());
+  EXPECT_NE(writer, reader);
+}
+
+TEST(RocksDbStoreTest, GetDoesNotWaitForTheWriter) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(AdvanceSync(*store, "k", 4).status.ok());
+
+  // Park the writer inside a handler; reads must still be served.
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  store->Advance("other", 1, [&entered, released](const Status&, Fence) {
+    entered.set_value();
+    released.wait();
+  });
+  entered.get_future().wait();
+  auto g = GetSync(*store, "k");
+  release.set_value();
+  ASSERT_TRUE(g.status.ok()) << g.status.ToString();
+  EXPECT_EQ(g.value, 4u);
+}
+
+TEST(RocksDbStoreTest, StatsCountRequestsAndWrites) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(AdvanceSync(*store, "k", 5).status.ok());
+  ASSERT_TRUE(AdvanceSync(*store, "k", 5).status.ok());  // no change
+  ASSERT_TRUE(AdvanceSync(*store, "k", 4).status.ok());  // refused
+  StoreStats s = store->stats();
+  EXPECT_EQ(s.requests, 3u);
+  EXPECT_EQ(s.batches, 3u);
+  EXPECT_EQ(s.writes, 1u);
+  EXPECT_EQ(s.db_writes, 1u);
+  EXPECT_EQ(s.syncs, 1u);
+  EXPECT_EQ(s.write_errors, 0u);
+}
+
+}  // namespace
+}  // namespace fencegate::storage

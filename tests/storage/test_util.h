@@ -1,0 +1,111 @@
+#pragma once
+// Helpers shared by the storage tests: temp directories and blocking
+// wrappers around the asynchronous TokenStore calls. The wrappers wait on a
+// future with a generous deadline, so a handler that never runs fails the
+// test instead of hanging it.
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include <gtest/gtest.h>
+
+#include "storage/rocksdb_store.h"
+#include "storage/token_store.h"
+
+namespace fencegate::storage::testing {
+
+inline constexpr std::chrono::seconds kHandlerDeadline{60};
+
+// A fresh directory under $TMPDIR, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "fencegate-storage-XXXXXX")
+            .string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+    }
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct FenceResult {
+  Status status;
+  Fence fence;
+};
+
+struct GetResult {
+  Status status;
+  std::optional<uint64_t> value;
+};
+
+template <typename T>
+T WaitFor(std::future<T>& f, T on_timeout) {
+  if (f.wait_for(kHandlerDeadline) != std::future_status::ready) {
+    ADD_FAILURE() << "store handler did not run within the deadline";
+    return on_timeout;
+  }
+  return f.get();
+}
+
+inline FenceResult AdvanceSync(TokenStore& store, const std::string& key,
+                               uint64_t token) {
+  auto p = std::make_shared<std::promise<FenceResult>>();
+  auto f = p->get_future();
+  store.Advance(key, token, [p](const Status& s, Fence fence) {
+    p->set_value(FenceResult{s, fence});
+  });
+  return WaitFor(f, FenceResult{Status::Unavailable("test deadline"), {}});
+}
+
+inline FenceResult RaiseSync(TokenStore& store, const std::string& key,
+                             uint64_t token) {
+  auto p = std::make_shared<std::promise<FenceResult>>();
+  auto f = p->get_future();
+  store.Raise(key, token, [p](const Status& s, Fence fence) {
+    p->set_value(FenceResult{s, fence});
+  });
+  return WaitFor(f, FenceResult{Status::Unavailable("test deadline"), {}});
+}
+
+inline GetResult GetSync(TokenStore& store, const std::string& key) {
+  auto p = std::make_shared<std::promise<GetResult>>();
+  auto f = p->get_future();
+  store.Get(key, [p](const Status& s, std::optional<uint64_t> v) {
+    p->set_value(GetResult{s, v});
+  });
+  return WaitFor(f, GetResult{Status::Unavailable("test deadline"), {}});
+}
+
+inline std::unique_ptr<RocksDbStore> OpenRocks(
+    const std::string& path, Durability durability = Durability::kSync) {
+  RocksDbStoreOptions options;
+  options.path = path;
+  options.durability = durability;
+  std::unique_ptr<RocksDbStore> store;
+  Status s = RocksDbStore::Open(options, &store);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return store;
+}
+
+}  // namespace fencegate::storage::testing
