@@ -104,12 +104,14 @@ void Server::Run() {
     if (ec) return;
     spdlog::info("signal {}: draining (deadline {}s; send it again to stop at once)", signo,
                  kDrainDeadline.count());
-    BeginDrain();
+    // Wait for a second signal first: the drain may finish (and cancel
+    // this wait) before BeginDrain returns.
     signals_.async_wait([this](boost::system::error_code ec, int) {
       if (ec) return;
       spdlog::warn("second signal: closing the remaining connections");
       StopAll();
     });
+    BeginDrain();
   });
   for (auto& ioc : iocs_) guards_.push_back(asio::make_work_guard(*ioc));
   std::vector<std::thread> threads;
@@ -158,6 +160,8 @@ void Server::CheckDrained() {
 }
 
 void Server::StopAll() {
+  if (stopped_) return;
+  stopped_ = true;
   signals_.cancel();
   drain_timer_.cancel();
   proxy_listener_->Stop();

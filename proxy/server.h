@@ -68,6 +68,7 @@ class Server {
   boost::asio::steady_timer drain_timer_;
   std::chrono::steady_clock::time_point drain_deadline_;
   bool draining_ = false;  // on iocs_[0]'s thread only
+  bool stopped_ = false;   // on iocs_[0]'s thread only
 };
 
 }  // namespace fencegate::proxy
