@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""A small HTTP/1.1 backend that records every request it receives.
+
+Run as a process: ``python3 recording_backend.py [--port 0]``. It listens on
+127.0.0.1 (port 0 = the kernel picks) and prints the port as the FIRST line
+of stdout, then serves until SIGTERM/SIGINT.
+
+Behaviour:
+- every request except the control endpoints is recorded in memory:
+  method, raw request target (exactly as sent on the request line), header
+  pairs in order, body (latin-1 text), monotonic start time (headers parsed)
+  and end time (taken just before the response is written, after any hold);
+- ``X-Test-Hold-Ms: N`` holds the request N ms before answering;
+- ``X-Test-Status: N`` answers with status N instead of the default;
+- PUT stores the body under the raw path: 201 when new, 200 when replaced;
+  POST/PATCH answer 200, DELETE 200 (204-free so a body is always present);
+  GET/HEAD answer the stored body (200) or 404;
+- control endpoints, never recorded and meant to be called directly:
+  ``GET /__log`` -> ``{"requests": [...finished], "active": [...in progress]}``
+  (an active entry appears once the request's headers and body were read),
+  ``POST /__reset`` clears the log and the stored bodies.
+"""
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.log = []       # guarded by lock
+        self.objects = {}   # raw path -> bytes, guarded by lock
+        self.seq = 0        # guarded by lock
+        self.active = {}    # id -> request still being handled, guarded by lock
+        self.next_active = 0  # guarded by lock
+
+
+STATE = State()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "recording-backend/1"
+
+    def version_string(self):
+        return self.server_version
+
+    def log_message(self, fmt, *args):  # keep stderr quiet
+        pass
+
+    # --- request parsing -------------------------------------------------
+
+    def _raw_target(self):
+        # self.path may be rewritten by http.server (it collapses a leading
+        # "//"), so take the target from the request line as sent.
+        parts = self.requestline.split(" ")
+        return parts[1] if len(parts) >= 2 else self.path
+
+    def _read_body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if "chunked" in te.lower():
+            chunks = []
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    break
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    # trailers until the empty line
+                    while True:
+                        t = self.rfile.readline(65537)
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(3)  # CRLF after the chunk
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length", "0") or "0")
+        return self.rfile.read(length) if length > 0 else b""
+
+    # --- responses -------------------------------------------------------
+
+    def _send(self, status, body, content_type="application/json", head_only=False):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head_only and body:
+            self.wfile.write(body)
+        self.wfile.flush()
+
+    def _control(self, method, target):
+        if method == "GET" and target == "/__log":
+            with STATE.lock:
+                body = json.dumps({"requests": STATE.log,
+                                   "active": list(STATE.active.values())}).encode()
+            self._send(200, body)
+            return True
+        if method == "POST" and target == "/__reset":
+            with STATE.lock:
+                STATE.log.clear()
+                STATE.objects.clear()
+            self._send(200, b'{"reset":true}')
+            return True
+        return False
+
+    def _handle(self):
+        start = time.monotonic()
+        method = self.command
+        target = self._raw_target()
+        body = self._read_body()
+        if self._control(method, target):
+            return
+
+        headers = [[k, v] for k, v in self.headers.items()]
+        with STATE.lock:
+            STATE.next_active += 1
+            active_id = STATE.next_active
+            STATE.active[active_id] = {"method": method, "path": target,
+                                       "headers": headers, "start": start}
+
+        hold_ms = self.headers.get("X-Test-Hold-Ms")
+        if hold_ms:
+            # The backend is told to be slow; this is behaviour under test,
+            # not synchronisation.
+            threading.Event().wait(int(hold_ms) / 1000.0)
+
+        with STATE.lock:
+            del STATE.active[active_id]
+            status, out, ctype = self._respond(method, target, body)
+            forced = self.headers.get("X-Test-Status")
+            if forced:
+                status = int(forced)
+            STATE.seq += 1
+            STATE.log.append({
+                "seq": STATE.seq,
+                "method": method,
+                "path": target,
+                "headers": headers,
+                "body": body.decode("latin-1"),
+                "start": start,
+                "end": time.monotonic(),
+                "status": status,
+            })
+        self._send(status, out, ctype, head_only=(method == "HEAD"))
+
+    def _respond(self, method, target, body):
+        """Decides the answer; called with STATE.lock held."""
+        if method in ("GET", "HEAD"):
+            if target in STATE.objects:
+                return 200, STATE.objects[target], "application/octet-stream"
+            return 404, b'{"backend":"not found"}', "application/json"
+        if method == "PUT":
+            created = target not in STATE.objects
+            STATE.objects[target] = body
+            info = {"backend": "stored", "path": target, "bytes": len(body)}
+            return (201 if created else 200), json.dumps(info).encode(), "application/json"
+        if method == "DELETE":
+            existed = STATE.objects.pop(target, None) is not None
+            return 200, json.dumps({"backend": "deleted", "existed": existed}).encode(), "application/json"
+        return 200, json.dumps({"backend": "ok", "method": method}).encode(), "application/json"
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_OPTIONS = _handle
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+
+    server = Server(("127.0.0.1", args.port), Handler)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    print(server.server_address[1], flush=True)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
