@@ -1,0 +1,58 @@
+-- wrk script: PUT with a Fencing-Token header.
+-- Usage: wrk -s put.lua URL -- MODE BASE NKEYS BODY_BYTES
+--   MODE keys: each wrk thread cycles over its own NKEYS keys
+--              (/objects/t<thread>/k<n>), tokens BASE+1, BASE+2, ... strictly
+--              increasing per thread, so a key never sees a lower token than
+--              the one it already holds (no 409 expected).
+--   MODE hot:  every request goes to /objects/hot with the token BASE
+--              (one lock holder writing many times: equal tokens are accepted).
+-- BASE must grow between runs against the same store (run.py passes one).
+-- Prints "WRKJSON {...}" like get.lua.
+
+local threads = {}
+local next_id = 0
+
+function setup(thread)
+  thread:set("id", next_id)
+  next_id = next_id + 1
+  table.insert(threads, thread)
+end
+
+local mode, base, nkeys, body, counter
+local headers = {}
+
+function init(args)
+  mode = args[1] or "keys"
+  base = tonumber(args[2] or "1")
+  nkeys = tonumber(args[3] or "10000")
+  local size = tonumber(args[4] or "16")
+  body = string.rep("x", size)
+  counter = 0
+  headers["Content-Type"] = "application/octet-stream"
+end
+
+function request()
+  counter = counter + 1
+  local path
+  if mode == "hot" then
+    path = "/objects/hot"
+    headers["Fencing-Token"] = string.format("%.0f", base)
+  else
+    path = string.format("/objects/t%d/k%d", id, counter % nkeys)
+    headers["Fencing-Token"] = string.format("%.0f", base + counter)
+  end
+  return wrk.format("PUT", path, headers, body)
+end
+
+-- Same reporter in get.lua: keep them identical.
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRKJSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..
+    '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
+    '"latency_us":{"mean":%.1f,"max":%d,"p50":%d,"p90":%d,"p99":%d,"p99.9":%d}}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency.mean, latency.max, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency:percentile(99.9)))
+end
