@@ -319,6 +319,51 @@ def count_fsyncs_finish(p):
     return total if seen else None
 
 
+SYSCALLS = ("recvfrom", "recvmsg", "read", "sendto", "sendmsg", "writev", "write",
+            "epoll_wait", "epoll_ctl", "futex", "accept4", "connect", "close",
+            "fdatasync")
+
+
+def nginx_pids(master_pid):
+    pids = [master_pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == master_pid:
+                        pids.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return pids
+
+
+def syscalls_start(pids, secs):
+    events = ",".join(f"syscalls:sys_enter_{n}" for n in SYSCALLS)
+    return subprocess.Popen(["perf", "stat", "-x,", "-e", events, "-p",
+                             ",".join(str(p) for p in pids), "--", "sleep", str(secs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def syscalls_finish(p, requests):
+    _, err = p.communicate(timeout=120)
+    counts = {}
+    for line in err.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[0].strip().isdigit() and "sys_enter_" in parts[2]:
+            counts[parts[2].split("sys_enter_")[1]] = int(parts[0])
+    if not requests:
+        return counts
+    return {k: round(v / requests, 2) for k, v in counts.items() if v}
+
+
+def perf_record_start(out_dir, pid, scenario, conns, secs):
+    os.makedirs(out_dir, exist_ok=True)
+    data = os.path.join(out_dir, f"perf-{scenario}-c{conns}.data")
+    return subprocess.Popen(["perf", "record", "-q", "-F", "997", "-g", "-p", str(pid),
+                             "-o", data, "--", "sleep", str(secs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run_wrk(args, url, scenario, conns, duration):
     threads = max(1, min(args.wrk_threads, conns))
     if scenario == "get":
@@ -452,6 +497,24 @@ def print_table(results, scenarios, concs):
                   f"{lat(row, 'p99.9_ms'):>22}")
 
 
+def print_markdown(path):
+    """The ratio table of an earlier run's JSON, as Markdown (for the README)."""
+    with open(path) as f:
+        out = json.load(f)
+    res = out["results"]
+    print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/direct r/s | "
+          "fg/nginx p99 | fencegate p50 / p99 / p99.9 ms |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for sc, by_c in res.items():
+        for c, row in by_c.items():
+            if not c.isdigit():
+                continue
+            f, n, d = (row[t] for t in ("fencegate", "nginx", "direct"))
+            print(f"| {sc} | {c} | {f['rps']:.0f} | {ratio(f['rps'], n['rps'])} | "
+                  f"{ratio(f['rps'], d['rps'])} | {ratio(f['p99_ms'], n['p99_ms'])} | "
+                  f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -472,7 +535,19 @@ def main():
     ap.add_argument("--memory-conns", type=int, default=10000)
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="count syscalls per request of the nginx proxy and fencegate "
+                         "(perf stat tracepoints, first round only)")
+    ap.add_argument("--perf", metavar="DIR",
+                    help="record fencegate with `perf record -g` during each of its runs into "
+                         "DIR/perf-<scenario>-c<conns>.data (skews those numbers: use a "
+                         "separate invocation for profiles)")
+    ap.add_argument("--report", metavar="JSON",
+                    help="print the ratio table of an earlier run as Markdown and exit")
     args = ap.parse_args()
+    if args.report:
+        print_markdown(args.report)
+        return 0
     if args.quick:
         args.duration, args.rounds, args.conns = 1, 1, "8"
         args.memory_conns = min(args.memory_conns, 200)
@@ -548,10 +623,23 @@ def main():
                     fsyncs = []
                     for rnd in range(args.rounds):
                         for t in TARGETS:
-                            counter = None
+                            counter = recorder = None
                             if sc == "put_sync" and t == "fencegate":
                                 counter = count_fsyncs_start(fg.pid, args.duration)
+                            if args.perf and t == "fencegate" and rnd == 0:
+                                recorder = perf_record_start(args.perf, fg.pid, sc, c,
+                                                             args.duration)
+                            sys_counter = None
+                            if args.syscalls and rnd == 0 and t != "direct":
+                                pids = [fg.pid] if t == "fencegate" else nginx_pids(nginx_proxy.pid)
+                                sys_counter = syscalls_start(pids, args.duration)
                             r = run_wrk(args, urls[t], sc, c, args.duration)
+                            if sys_counter is not None:
+                                r["syscalls_per_request"] = syscalls_finish(
+                                    sys_counter, r.get("requests"))
+                                log(f"syscalls/request {t}: {r['syscalls_per_request']}")
+                            if recorder is not None:
+                                recorder.wait(timeout=120)
                             n = count_fsyncs_finish(counter)
                             if n is not None and r.get("duration_us"):
                                 fsyncs.append(n / (r["duration_us"] / 1e6))
