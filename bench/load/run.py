@@ -461,6 +461,52 @@ def measure_memory(args, procs, work, backend_port, nginx_proxy, nginx_port):
     return result
 
 
+def measure_keys(args, procs, work, backend_port):
+    """RSS with about `args.keys` keys stored, and the restart time on that store."""
+    fg = Fencegate(procs, args.fencegate, work, "fg-keys", args.threads, backend_port,
+                   "async", False)
+    result = {"keys_wanted": args.keys}
+    try:
+        threads = max(1, args.wrk_threads)
+        per_thread = -(-args.keys // threads)
+        stored = 0
+        base = time.time_ns() // 1000
+        # One wrk run makes the keys k0..k<requests per thread> of each thread;
+        # run until every thread went through its share once.
+        secs = 10
+        while True:
+            argv = ["wrk", "-t", str(threads), "-c", str(64), "-d", f"{secs}s", "--timeout",
+                    "10s", "-s", os.path.join(HERE, "put.lua"), f"http://127.0.0.1:{fg.port}",
+                    "--", "keys", str(base), str(per_thread), "16"]
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 120)
+            line = next((l for l in out.stdout.splitlines() if l.startswith("WRKJSON ")), None)
+            if not line:
+                raise RuntimeError(f"wrk failed: {out.stderr.strip()[-300:]}")
+            r = json.loads(line[len("WRKJSON "):])
+            stored = min(args.keys, r["requests"])
+            if r["requests"] >= args.keys or secs >= 600:
+                break
+            rate = r["requests"] / (r["duration_us"] / 1e6)
+            secs = min(600, int(args.keys * 1.1 / max(rate, 1.0)) + 1)
+            log(f"keys: {r['requests']} writes in the first pass; one run of {secs}s next")
+            base = time.time_ns() // 1000
+        result["keys_stored"] = stored
+        result["write_errors"] = r["errors"]
+        result["rss_kib_after_writes"] = rss_kib(fg.pid)
+    finally:
+        fg.stop()
+    t0 = time.monotonic()
+    fg = Fencegate(procs, args.fencegate, work, "fg-keys", args.threads, backend_port,
+                   "async", False)
+    result["restart_to_listening_s"] = round(time.monotonic() - t0, 3)
+    result["rss_kib_after_restart"] = settle_rss(lambda: rss_kib(fg.pid))
+    data = os.path.join(work, "fg-keys", "data")
+    result["store_bytes"] = sum(os.path.getsize(os.path.join(d, f))
+                                for d, _, fs in os.walk(data) for f in fs)
+    fg.stop()
+    return result
+
+
 def build_binary():
     build = os.path.join(ROOT, "build")
     cache = os.path.join(build, "CMakeCache.txt")
@@ -534,6 +580,9 @@ def main():
     ap.add_argument("--access-log", action="store_true", help="fencegate log.access_log: true")
     ap.add_argument("--memory-conns", type=int, default=10000)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--keys", type=int, default=0,
+                    help="also store about this many keys through fencegate (async), then "
+                         "report its RSS and its restart time on that store")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     ap.add_argument("--syscalls", action="store_true",
                     help="count syscalls per request of the nginx proxy and fencegate "
@@ -678,6 +727,9 @@ def main():
             log(f"memory: idle and with {args.memory_conns} open connections")
             out["memory"] = measure_memory(args, procs, work, backend_port, nginx_proxy,
                                            proxy_port)
+        if args.keys:
+            log(f"keys: storing about {args.keys} keys through fencegate")
+            out["keys"] = measure_keys(args, procs, work, backend_port)
     except KeyboardInterrupt:
         log("interrupted")
         problems.append("interrupted")
@@ -730,6 +782,8 @@ def main():
         print("put_sync fencegate fsyncs/s:", json.dumps(fs))
     if "memory" in out:
         print("memory (VmRSS KiB):", json.dumps(out["memory"]))
+    if "keys" in out:
+        print("keys:", json.dumps(out["keys"]))
 
     out_path = args.out or os.path.join(HERE, "results",
                                         "quick.json" if args.quick else "latest.json")
