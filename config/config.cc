@@ -246,6 +246,7 @@ bool ReadRoot(YamlReader& r, const Field& root, Config* c) {
                 lines.locks = l.line;
                 return r.Listen(l, true, &c->locks.listen, &c->locks.endpoint);
               }},
+             {"max_ttl", DurationInto(r, &c->locks.max_ttl)},
          });
        }},
       {"limits", [&](const Field& v) { return ReadLimits(r, v, &c->limits); }},

@@ -98,6 +98,7 @@ struct AdminConfig {
 struct LocksConfig {
   std::string listen;                  // "" = lock service off
   std::optional<Endpoint> endpoint;    // derived
+  Duration max_ttl{300000};            // default 5m: longest lease ttl and acquire wait
 
   bool operator==(const LocksConfig&) const = default;
 };

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "locks/lock_server.h"
 #include "proxy/router.h"
 #include "proxy/server.h"
 #include "storage/fault_injecting_store.h"
@@ -64,8 +65,12 @@ int Serve(std::shared_ptr<const config::Config> cfg, bool test_faults) {
   int code = kExitOk;
   {
     proxy::Server server(cfg, *store, set_faults);
+    // The lock service (locks.listen, SPEC section 8) runs on its own thread
+    // and stops after the server's drain, before the store is closed.
+    std::optional<locks::LockServer> lock_server;
+    if (cfg->locks.endpoint) lock_server.emplace(cfg, *store);
     std::string error;
-    if (!server.Start(&error)) {
+    if (!server.Start(&error) || (lock_server && !lock_server->Start(&error))) {
       spdlog::critical("{}", error);
       storage::Status closed = store->Close();
       if (!closed.ok()) spdlog::error("closing the token store: {}", closed.ToString());
@@ -74,12 +79,14 @@ int Serve(std::shared_ptr<const config::Config> cfg, bool test_faults) {
     nlohmann::json ready = {{"event", "listening"},
                             {"proxy", EndpointString(server.proxy_endpoint())}};
     if (auto admin = server.admin_endpoint()) ready["admin"] = EndpointString(*admin);
+    if (lock_server) ready["locks"] = EndpointString(lock_server->endpoint());
     std::cout << ready.dump() << std::endl;  // one line, flushed: tests wait on it
     spdlog::info("fencegate {} proxying {} -> {} (store: {} at {}, durability {})",
                  FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()), cfg->upstream.url,
                  options.engine, options.path,
                  options.durability == storage::Durability::kSync ? "sync" : "async");
     server.Run();
+    if (lock_server) lock_server->Stop();
   }
   storage::Status closed = store->Close();
   if (!closed.ok()) {

@@ -139,6 +139,12 @@ TEST(LoadErrorsTest, UnparseableListenAddresses) {
                       "or \"\" to turn it off"));
 }
 
+TEST(LoadErrorsTest, LocksMaxTtlMustBeAPositiveDuration) {
+  EXPECT_TRUE(FailsAt(WithUpstream("locks:\n  max_ttl: 0s\n"), 3, "locks.max_ttl"));
+  EXPECT_TRUE(FailsAt(WithUpstream("locks:\n  max_ttl: 10\n"), 3, "locks.max_ttl"));
+  EXPECT_TRUE(FailsAt(WithUpstream("locks: {max_ttl: soon}\n"), 2, "locks.max_ttl"));
+}
+
 TEST(LoadErrorsTest, ListenersMustNotShareAnAddress) {
   EXPECT_TRUE(FailsAt(WithUpstream("listen: \"127.0.0.1:9901\"\n"), 2, "listen",
                       "also used by admin.listen"));

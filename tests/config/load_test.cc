@@ -51,6 +51,7 @@ TEST(LoadTest, MinimalConfigHasDocumentedDefaults) {
   EXPECT_EQ(c.admin.token, "");
   EXPECT_EQ(c.locks.listen, "");
   EXPECT_EQ(c.locks.endpoint, std::nullopt);
+  EXPECT_EQ(c.locks.max_ttl, Duration(300000));
   EXPECT_EQ(c.limits.max_header_bytes, 16384u);
   EXPECT_EQ(c.limits.max_body_bytes, 10485760u);
   EXPECT_EQ(c.limits.header_timeout, Duration(10000));
@@ -106,6 +107,7 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(c.admin.token, "change-me");
   EXPECT_EQ(c.locks.listen, "127.0.0.1:9903");
   EXPECT_EQ(c.locks.endpoint, (Endpoint{"127.0.0.1", 9903}));
+  EXPECT_EQ(c.locks.max_ttl, Duration(60000));
   EXPECT_EQ(c.limits.max_header_bytes, 32768u);
   EXPECT_EQ(c.limits.max_body_bytes, 1048576u);
   EXPECT_EQ(c.limits.header_timeout, Duration(5000));

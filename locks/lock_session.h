@@ -1,0 +1,70 @@
+#pragma once
+// LockSession: one connection to the lock listener (SPEC section 8).
+//
+//   POST /v1/locks/{name}/acquire  {"ttl": "10s", "wait": "5s"}
+//        -> 200 {"token": N, "lease": ID, "expires_in_ms": M}, or 409 lock_held
+//   POST /v1/locks/{name}/renew    {"lease": ID} -> 200 {"token","lease","expires_in_ms"}
+//   POST /v1/locks/{name}/release  {"lease": ID} -> 200 {"token","lease","released": true}
+//
+// {name} is one path segment, percent-encoded; 1 to 256 bytes once decoded,
+// no control characters. Errors are JSON (proxy/replies.h): 400 bad_request,
+// bad_lock_name, bad_ttl, bad_wait, bad_lease, ttl_too_long; 404
+// unknown_lease / not_found; 405; 409 lock_held; 410 lease_expired; 503
+// store_unavailable / shutting_down.
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "locks/lock_service.h"
+#include "proxy/replies.h"
+
+namespace fencegate::locks {
+
+class LockSession;
+
+// What the sessions of one lock listener share (its io_context thread only).
+struct LockContext {
+  LockService* service = nullptr;
+  Duration max_ttl{0};
+  uint64_t max_header_bytes = 16384;
+  Duration header_timeout{10000};
+  std::unordered_set<LockSession*> sessions;  // live sessions, closed at shutdown
+};
+
+enum class LockOp { kAcquire, kRenew, kRelease };
+
+// Splits "/v1/locks/<enc-name>/<op>" and decodes the name. false when the
+// target has another shape; *name_ok false when the name is not acceptable.
+bool ParseLockTarget(std::string_view target, std::string* name, LockOp* op, bool* name_ok);
+
+class LockSession : public std::enable_shared_from_this<LockSession> {
+ public:
+  LockSession(boost::asio::ip::tcp::socket&& socket, LockContext& context);
+  ~LockSession();
+  void Run();
+  void Close();
+
+ private:
+  void DoRead();
+  void OnRead(boost::beast::error_code ec);
+  void Handle();
+  void HandleAcquire(const std::string& name, const nlohmann::json& body);
+  void HandleLease(const std::string& name, LockOp op, const nlohmann::json& body);
+  void Answer(const std::string& name, LockOp op, const LockResult& result);
+  void Send(proxy::Reply reply);
+
+  boost::beast::tcp_stream stream_;
+  LockContext& ctx_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<proxy::http::request_parser<proxy::http::string_body>> parser_;
+  proxy::Reply reply_;
+  bool keep_alive_ = false;
+};
+
+}  // namespace fencegate::locks
