@@ -13,6 +13,7 @@ PACKAGES=(
   libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   nginx curl python3 python3-pytest ca-certificates
+  etcd-server etcd-client redis-server
   wrk linux-perf
 )
 
