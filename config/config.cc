@@ -170,6 +170,7 @@ bool ReadLimits(YamlReader& r, const Field& f, LimitsConfig* limits) {
       {"header_timeout", DurationInto(r, &limits->header_timeout)},
       {"idle_timeout", DurationInto(r, &limits->idle_timeout)},
       {"max_connections", positive(&limits->max_connections)},
+      {"drain_timeout", DurationInto(r, &limits->drain_timeout)},
   });
 }
 
@@ -251,6 +252,16 @@ bool ReadRoot(YamlReader& r, const Field& root, Config* c) {
        }},
       {"limits", [&](const Field& v) { return ReadLimits(r, v, &c->limits); }},
       {"log", [&](const Field& v) { return ReadLog(r, v, &c->log); }},
+      {"forwarding", [&](const Field& v) {
+         return r.Map(v, Keys{
+             {"trusted_hops", [&](const Field& h) {
+                uint64_t n = 0;
+                if (!r.Unsigned(h, 0, 64, &n)) return false;
+                c->forwarding.trusted_hops = static_cast<uint32_t>(n);
+                return true;
+              }},
+         });
+       }},
   });
   if (!ok) return false;
   if (!has_upstream) {

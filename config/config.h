@@ -109,8 +109,19 @@ struct LimitsConfig {
   Duration header_timeout{10000};
   Duration idle_timeout{60000};
   uint64_t max_connections = 10000;
+  Duration drain_timeout{10000};  // SIGTERM: longest wait for requests in flight
 
   bool operator==(const LimitsConfig&) const = default;
+};
+
+// How the proxy tells the backend who the client is (X-Forwarded-For,
+// X-Forwarded-Proto, Forwarded). trusted_hops = how many proxies in front of
+// fencegate are trusted: 0 drops whatever the client sent in those headers
+// and starts them afresh; N keeps the last N X-Forwarded-For entries (added
+// by the trusted proxies) before appending the peer address.
+struct ForwardingConfig {
+  uint32_t trusted_hops = 0;
+  bool operator==(const ForwardingConfig&) const = default;
 };
 
 struct LogConfig {
@@ -132,6 +143,7 @@ struct Config {
   AdminConfig admin;
   LocksConfig locks;
   LimitsConfig limits;
+  ForwardingConfig forwarding;
   LogConfig log;
 
   bool operator==(const Config&) const = default;

@@ -3,6 +3,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/rfc7230.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -45,11 +46,95 @@ void CopyEndToEndFields(const http::fields& from, http::fields& to, std::string_
     if (IsHopByHop(field.name())) continue;
     std::string_view name = field.name_string();
     if (!skip.empty() && iequals(name, skip)) continue;
+    if (IsForwardingField(name)) continue;
     bool listed = false;
     for (const auto& n : named) listed = listed || iequals(n, name);
     if (listed) continue;
     to.insert(field.name(), name, field.value());
   }
+}
+
+bool IsForwardingField(std::string_view name) {
+  return iequals(name, "X-Forwarded-For") || iequals(name, "X-Forwarded-Proto") ||
+         iequals(name, "Forwarded") || iequals(name, "X-Request-Id");
+}
+
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// All values of `name`, joined as one comma-separated list.
+std::vector<std::string_view> ListValues(const http::fields& in, std::string_view name) {
+  std::vector<std::string_view> items;
+  auto range = in.equal_range(name);
+  for (auto it = range.first; it != range.second; ++it) {
+    std::string_view v = it->value();
+    size_t start = 0;
+    while (start <= v.size()) {
+      size_t comma = v.find(',', start);
+      if (comma == std::string_view::npos) comma = v.size();
+      std::string_view item = Trim(v.substr(start, comma - start));
+      if (!item.empty()) items.push_back(item);
+      start = comma + 1;
+    }
+  }
+  return items;
+}
+
+}  // namespace
+
+void SetForwardingFields(const http::fields& in, http::fields& out, std::string_view client_ip,
+                         unsigned trusted_hops) {
+  std::string xff;
+  std::string forwarded;
+  std::string proto = "http";
+  if (trusted_hops > 0) {
+    auto hops = ListValues(in, "X-Forwarded-For");
+    size_t first = hops.size() > trusted_hops ? hops.size() - trusted_hops : 0;
+    for (size_t i = first; i < hops.size(); ++i) xff.append(hops[i]).append(", ");
+    auto fwd = ListValues(in, "Forwarded");
+    size_t ffirst = fwd.size() > trusted_hops ? fwd.size() - trusted_hops : 0;
+    for (size_t i = ffirst; i < fwd.size(); ++i) forwarded.append(fwd[i]).append(", ");
+    auto protos = ListValues(in, "X-Forwarded-Proto");
+    if (!protos.empty()) proto = std::string(protos.back());
+  }
+  xff.append(client_ip);
+  bool v6 = client_ip.find(':') != std::string_view::npos;
+  forwarded.append("for=");
+  if (v6) {
+    forwarded.append("\"[").append(client_ip).append("]\"");
+  } else {
+    forwarded.append(client_ip);
+  }
+  forwarded.append(";proto=").append(proto);
+  out.set("X-Forwarded-For", xff);
+  out.set("X-Forwarded-Proto", proto);
+  out.set(http::field::forwarded, forwarded);
+}
+
+bool IsValidRequestId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    uint64_t v = rng();
+    for (int i = 0; i < 16; ++i) id[half * 16 + i] = kHex[(v >> (i * 4)) & 0xF];
+  }
+  return id;
 }
 
 bool ExpectsContinue(const http::fields& fields) {

@@ -5,6 +5,7 @@
 // Transfer-Encoding) is never copied: fencegate re-frames every message.
 
 #include <boost/beast/http/fields.hpp>
+#include <string>
 #include <string_view>
 
 namespace fencegate::proxy {
@@ -15,6 +16,25 @@ namespace fencegate::proxy {
 // field to drop (e.g. the token header when it is not forwarded); empty = none.
 void CopyEndToEndFields(const boost::beast::http::fields& from, boost::beast::http::fields& to,
                         std::string_view skip = {});
+
+// Fields fencegate sets itself on the upstream request, so CopyEndToEndFields
+// leaves them out: X-Forwarded-For, X-Forwarded-Proto, Forwarded, X-Request-Id.
+bool IsForwardingField(std::string_view name);
+
+// Sets X-Forwarded-For, X-Forwarded-Proto and Forwarded on `out` for a
+// request from `client_ip` (already a textual address). With trusted_hops 0
+// whatever the client sent in those headers is dropped (it could be forged);
+// with N > 0 the last N X-Forwarded-For entries and the incoming
+// X-Forwarded-Proto/Forwarded (set by the trusted proxies) are kept and the
+// peer is appended.
+void SetForwardingFields(const boost::beast::http::fields& in, boost::beast::http::fields& out,
+                         std::string_view client_ip, unsigned trusted_hops);
+
+// A request id a client may choose: 1..128 of [A-Za-z0-9._:-]. Anything else
+// is replaced by a generated one.
+bool IsValidRequestId(std::string_view id);
+// 32 lowercase hex digits from a per-thread random generator.
+std::string NewRequestId();
 
 // True when the request carries "Expect: 100-continue".
 bool ExpectsContinue(const boost::beast::http::fields& fields);

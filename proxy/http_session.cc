@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proxy/headers.h"
+#include "proxy/request_checks.h"
 
 namespace fencegate::proxy {
 
@@ -42,8 +43,16 @@ HttpSession::~HttpSession() {
 
 void HttpSession::Run() {
   worker_.sessions.insert(this);
-  beast::error_code ignored;
-  stream_.socket().set_option(tcp::no_delay(true), ignored);
+  beast::error_code ec;
+  stream_.socket().set_option(tcp::no_delay(true), ec);
+  auto peer = stream_.socket().remote_endpoint(ec);
+  if (!ec) {
+    auto address = peer.address();
+    if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+      address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+    }
+    client_ip_ = address.to_string();
+  }
   DoReadHeader();
 }
 
@@ -66,13 +75,35 @@ void HttpSession::DoReadHeader() {
   req_parser_->body_limit(config_.limits.max_body_bytes);
   intent_ = WriteIntent{};
   outcome_.clear();
+  request_id_.clear();
   status_ = 0;
   bytes_in_ = bytes_out_ = 0;
   response_started_ = false;
   response_close_delimited_ = false;
   expect_continue_ = false;
+  upstream_reused_ = false;
+  retried_ = false;
   upstream_started_ = upstream_ended_ = Clock::time_point{};
   idle_ = buffer_.size() == 0;
+  // A new connection must deliver its first head within header_timeout; a
+  // kept-alive one may stay silent for idle_timeout, and then the head that
+  // follows has header_timeout from its first byte.
+  if (idle_ && requests_served_ > 0) return DoWaitForRequest();
+  StartHeaderRead();
+}
+
+void HttpSession::DoWaitForRequest() {
+  stream_.expires_after(config_.limits.idle_timeout);
+  stream_.async_read_some(buffer_.prepare(4096),
+                          [self = shared_from_this()](ec_t ec, size_t n) {
+                            self->buffer_.commit(n);
+                            if (ec) return self->Close();  // idle timeout, EOF or reset
+                            self->idle_ = false;
+                            self->StartHeaderRead();
+                          });
+}
+
+void HttpSession::StartHeaderRead() {
   stream_.expires_after(config_.limits.header_timeout);
   http::async_read_header(stream_, buffer_, *req_parser_,
                           [self = shared_from_this()](ec_t ec, size_t) { self->OnReadHeader(ec); });
@@ -114,8 +145,31 @@ void HttpSession::OnReadHeader(ec_t ec) {
   }
   auto& req = req_parser_->get();
   request_keep_alive_ = req.keep_alive();
+  if (auto id = req.find("X-Request-Id"); id != req.end() && IsValidRequestId(id->value())) {
+    request_id_ = std::string(id->value());
+  } else {
+    request_id_ = NewRequestId();
+  }
 
-  PathError perr = CanonicalizeTarget(req.target(), &target_);
+  if (std::string problem = CheckRequestHead(req); !problem.empty()) {
+    // Framing is ambiguous: the rest of the stream cannot be trusted either.
+    request_keep_alive_ = false;
+    return SendReply(MakeError(http::status::bad_request, "bad_request", problem), "bad_request");
+  }
+  std::string_view target = req.target();
+  std::string origin;
+  if (!target.empty() && target.front() != '/' && target != "*") {
+    auto host = req.find(http::field::host);
+    std::string problem = AbsoluteToOrigin(
+        target, host == req.end() ? std::string_view{} : std::string_view(host->value()),
+        &origin);
+    if (!problem.empty()) {
+      request_keep_alive_ = false;
+      return SendReply(MakeError(http::status::bad_request, "bad_path", problem), "bad_request");
+    }
+    target = origin;
+  }
+  PathError perr = CanonicalizeTarget(target, &target_);
   if (perr != PathError::kNone) {
     return SendReply(MakeError(http::status::bad_request, "bad_path", PathErrorMessage(perr)),
                      "bad_request");
@@ -154,6 +208,17 @@ void HttpSession::OnVerdict(FenceVerdict verdict) {
 }
 
 void HttpSession::SendReply(Reply reply, std::string_view outcome) {
+  // A refused request's body is still on the wire. A small one is read and
+  // dropped so the connection (and requests pipelined behind it) survives;
+  // a large one, or one the client waits to send (100-continue), closes it.
+  if (request_keep_alive_ && in_request_ && req_parser_ && !req_parser_->is_done() &&
+      !ExpectsContinue(req_parser_->get().base()) &&
+      !ctx_.draining.load(std::memory_order_relaxed)) {
+    reply_ = std::move(reply);
+    pending_outcome_ = outcome;
+    discarded_ = 0;
+    return DoDiscardBody();
+  }
   outcome_ = outcome;
   status_ = reply.result_int();
   // Unread body bytes would be taken for the next request: close instead.
@@ -161,6 +226,7 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
                     !ctx_.draining.load(std::memory_order_relaxed);
   reply.version(req_parser_ && req_parser_->get().version() == 10 ? 10 : 11);
   reply.keep_alive(keep_alive);
+  if (!request_id_.empty()) reply.set("X-Request-Id", request_id_);
   reply_ = std::move(reply);
   bytes_out_ += reply_.body().size();
   stream_.expires_after(config_.limits.idle_timeout);
@@ -170,20 +236,44 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
   });
 }
 
+void HttpSession::DoDiscardBody() {
+  if (req_parser_->is_done() || discarded_ > kDiscardLimit) {
+    if (!req_parser_->is_done()) request_keep_alive_ = false;
+    return SendReply(std::move(reply_), pending_outcome_);
+  }
+  auto& body = req_parser_->get().body();
+  body.data = Buffer();
+  body.size = kBodyBufferSize;
+  stream_.expires_after(config_.limits.idle_timeout);
+  http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      self->request_keep_alive_ = false;  // broken or oversized body: answer, then close
+      return self->SendReply(std::move(self->reply_), self->pending_outcome_);
+    }
+    self->discarded_ += kBodyBufferSize - self->req_parser_->get().body().size;
+    self->DoDiscardBody();
+  });
+}
+
 // ---------------------------------------------------------------------------
 // Forwarding: upstream connection, request head and body.
 
 void HttpSession::StartForward() {
   outcome_ = "forwarded";
   upstream_started_ = Clock::now();
-  worker_.pool.Acquire([self = shared_from_this()](ec_t ec, UpstreamPool::Connection c, bool) {
-    self->OnUpstream(ec, std::move(c));
-  });
+  // A retry always takes a new connection: the pooled one just failed.
+  worker_.pool.Acquire(
+      [self = shared_from_this()](ec_t ec, UpstreamPool::Connection c, bool reused) {
+        self->OnUpstream(ec, std::move(c), reused);
+      },
+      /*fresh=*/retried_);
 }
 
-void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection) {
+void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool reused) {
   if (ec) return FailUpstream(ec, "connect");
   upstream_ = std::move(connection);
+  upstream_reused_ = reused;
   up_buffer_.clear();
 
   auto& req = req_parser_->get();
@@ -200,6 +290,8 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection) {
   CopyEndToEndFields(req.base(), up_req_.base(),
                      config_.fencing.forward_token ? std::string_view{}
                                                    : std::string_view{config_.fencing.token_header});
+  SetForwardingFields(req.base(), up_req_.base(), client_ip_, config_.forwarding.trusted_hops);
+  up_req_.set("X-Request-Id", request_id_);
   if (up_req_.find(http::field::host) == up_req_.end()) {
     up_req_.set(http::field::host,
                 config_.upstream.host + ":" + std::to_string(config_.upstream.port));
@@ -343,6 +435,7 @@ void HttpSession::OnResponseHeader(ec_t ec) {
     }
   }
   down_res_.keep_alive(keep_alive);
+  down_res_.set("X-Request-Id", request_id_);
   request_keep_alive_ = keep_alive;
   status_ = status;
   down_res_.body().data = nullptr;
@@ -438,6 +531,19 @@ void HttpSession::FailUpstream(ec_t ec, const char* stage) {
   bool timeout = IsTimeout(ec);
   if (upstream_ended_ < upstream_started_) upstream_ended_ = Clock::now();
   EndUpstream(false);
+  // A kept-alive connection the backend closed under us: an idempotent
+  // request without a body is tried once more on a new connection. Fenced
+  // writes never are: the backend may have applied them.
+  auto method = req_parser_->get().method();
+  if (upstream_reused_ && !retried_ && !timeout && !response_started_ &&
+      intent_.kind != WriteIntent::Kind::kFence &&
+      (method == http::verb::get || method == http::verb::head) && req_parser_->is_done() &&
+      bytes_in_ == 0) {
+    spdlog::debug("upstream {} failed on a reused connection ({}); retrying {} once", stage,
+                  ec.message(), target_.path);
+    retried_ = true;
+    return StartForward();
+  }
   spdlog::warn("upstream {} failed for {} {}: {}", stage, req_parser_->get().method_string(),
                target_.path, ec.message());
   if (response_started_) return Close();
@@ -462,6 +568,7 @@ void HttpSession::EndRequest() {
 
 void HttpSession::FinishRequest(bool keep_alive) {
   EndRequest();
+  ++requests_served_;
   up_sr_.reset();
   res_parser_.reset();
   down_sr_.reset();
@@ -486,6 +593,8 @@ void HttpSession::AccessLog() {
   if (!config_.log.access_log) return;
   auto now = Clock::now();
   nlohmann::json line = {
+      {"request_id", request_id_},
+      {"client", client_ip_},
       {"method", req_parser_ ? std::string(req_parser_->get().method_string()) : ""},
       {"path", target_.path},
       {"route", intent_.route ? intent_.route->name : ""},

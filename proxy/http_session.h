@@ -42,13 +42,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // Request head and decision.
   void DoReadHeader();
+  void DoWaitForRequest();  // keep-alive: wait up to idle_timeout for a byte
+  void StartHeaderRead();
   void OnReadHeader(ec_t ec);
   void OnVerdict(FenceVerdict verdict);
   void SendReply(Reply reply, std::string_view outcome);
+  void DoDiscardBody();  // read and drop a small unread body before replying
 
   // Forwarding, in order.
   void StartForward();
-  void OnUpstream(ec_t ec, UpstreamPool::Connection connection);
+  void OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool reused);
   void OnUpstreamHeaderWritten(ec_t ec);
   void DoRequestBody();
   void OnRequestBodyRead(ec_t ec);
@@ -99,6 +102,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   Clock::time_point started_;
   Clock::time_point upstream_started_;
   Clock::time_point upstream_ended_;
+  std::string client_ip_;
+  std::string request_id_;
+  uint64_t requests_served_ = 0;
+  bool upstream_reused_ = false;
+  bool retried_ = false;
+  std::string pending_outcome_;   // SendReply's outcome while the body is discarded
+  uint64_t discarded_ = 0;
+  static constexpr uint64_t kDiscardLimit = 64 * 1024;
   bool in_request_ = false;     // a request head was read and not yet ended
   bool idle_ = false;           // waiting for the first byte of a request head
   bool expect_continue_ = false;

@@ -102,8 +102,8 @@ void Server::Run() {
   if (admin_listener_) admin_listener_->Run();
   signals_.async_wait([this](boost::system::error_code ec, int signo) {
     if (ec) return;
-    spdlog::info("signal {}: draining (deadline {}s; send it again to stop at once)", signo,
-                 kDrainDeadline.count());
+    spdlog::info("signal {}: draining (deadline {} ms; send it again to stop at once)", signo,
+                 config_->limits.drain_timeout.count());
     // Wait for a second signal first: the drain may finish (and cancel
     // this wait) before BeginDrain returns.
     signals_.async_wait([this](boost::system::error_code ec, int) {
@@ -139,7 +139,7 @@ void Server::BeginDrain() {
       for (HttpSession* s : sessions) s->Drain();
     });
   }
-  drain_deadline_ = std::chrono::steady_clock::now() + kDrainDeadline;
+  drain_deadline_ = std::chrono::steady_clock::now() + config_->limits.drain_timeout;
   CheckDrained();
 }
 

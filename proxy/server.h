@@ -44,8 +44,6 @@ class Server {
   // Starts the drain from any thread (what SIGTERM does).
   void Shutdown();
 
-  static constexpr std::chrono::seconds kDrainDeadline{10};
-
  private:
   void BeginDrain();
   void CheckDrained();

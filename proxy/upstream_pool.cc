@@ -27,8 +27,8 @@ bool UpstreamPool::LooksAlive(Stream& stream) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-void UpstreamPool::Acquire(Handler handler) {
-  while (!idle_.empty()) {
+void UpstreamPool::Acquire(Handler handler, bool fresh) {
+  while (!fresh && !idle_.empty()) {
     Connection c = std::move(idle_.back());
     idle_.pop_back();
     if (LooksAlive(*c)) {

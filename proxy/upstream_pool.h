@@ -26,9 +26,9 @@ class UpstreamPool {
 
   UpstreamPool(boost::asio::io_context& ioc, const config::UpstreamConfig& config);
 
-  // Hands out a live idle connection, or connects a new one within
-  // connect_timeout (error: beast::error::timeout, or the connect error).
-  void Acquire(Handler handler);
+  // Hands out a live idle connection (unless `fresh`), or connects a new one
+  // within connect_timeout (error: beast::error::timeout, or the connect error).
+  void Acquire(Handler handler, bool fresh = false);
 
   // Returns a connection that finished a complete exchange and may be
   // reused. Connections beyond max_idle_connections are closed.

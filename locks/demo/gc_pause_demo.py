@@ -25,6 +25,7 @@ every process the demo starts is stopped by its PID at the end. Exit status
 import argparse
 import base64
 import json
+import threading
 import os
 import selectors
 import shutil
@@ -81,9 +82,23 @@ def acquire_etcd(url, name, ttl_s):
     if status != 200:
         raise SystemExit(f"lease grant: {status} {body!r}")
     lease = json.loads(body)["ID"]
+    # While we wait for the lock our own lease must stay alive (as etcdctl
+    # keeps it alive), or it could expire before the lock is granted.
+    waiting = threading.Event()
+
+    def keep_alive():
+        while not waiting.wait(max(ttl_s / 3, 0.2)):
+            http_json("POST", f"{url}/v3/lease/keepalive", {"ID": lease})
+
+    keeper = threading.Thread(target=keep_alive, daemon=True)
+    keeper.start()
     # Blocks until the lock is ours (the previous holder's key is deleted).
-    status, body = http_json("POST", f"{url}/v3/lock/lock", {"name": b64(name), "lease": lease},
-                             timeout=60)
+    try:
+        status, body = http_json("POST", f"{url}/v3/lock/lock",
+                                 {"name": b64(name), "lease": lease}, timeout=60)
+    finally:
+        waiting.set()
+        keeper.join()
     if status != 200:
         raise SystemExit(f"lock: {status} {body!r}")
     key = json.loads(body)["key"]

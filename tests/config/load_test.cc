@@ -113,6 +113,8 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(c.limits.header_timeout, Duration(5000));
   EXPECT_EQ(c.limits.idle_timeout, Duration(120000));
   EXPECT_EQ(c.limits.max_connections, 500u);
+  EXPECT_EQ(c.limits.drain_timeout, Duration(30000));
+  EXPECT_EQ(c.forwarding.trusted_hops, 1u);
   EXPECT_EQ(c.log.level, "debug");
   EXPECT_FALSE(c.log.access_log);
 }
@@ -138,6 +140,8 @@ TEST(LoadTest, FullExampleSetsEveryFieldAwayFromItsDefault) {
   EXPECT_NE(full.locks.listen, minimal.locks.listen);
   EXPECT_NE(full.limits.max_header_bytes, minimal.limits.max_header_bytes);
   EXPECT_NE(full.limits.max_body_bytes, minimal.limits.max_body_bytes);
+  EXPECT_NE(full.limits.drain_timeout, minimal.limits.drain_timeout);
+  EXPECT_NE(full.forwarding.trusted_hops, minimal.forwarding.trusted_hops);
   EXPECT_NE(full.limits.header_timeout, minimal.limits.header_timeout);
   EXPECT_NE(full.limits.idle_timeout, minimal.limits.idle_timeout);
   EXPECT_NE(full.limits.max_connections, minimal.limits.max_connections);

@@ -12,6 +12,14 @@ Behaviour:
   and end time (taken just before the response is written, after any hold);
 - ``X-Test-Hold-Ms: N`` holds the request N ms before answering;
 - ``X-Test-Status: N`` answers with status N instead of the default;
+- ``X-Test-Drop-Idle: 1`` answers normally (keep-alive) and then closes the
+  connection without saying so, as a backend's idle timeout does;
+- ``X-Test-EOF-Body: 1`` answers without Content-Length, the body delimited
+  by closing the connection;
+- a body cut short (EOF before Content-Length bytes or before the last
+  chunk) is not applied and not logged: the request never completed;
+- ``X-Test-Discard-Body: 1`` reads the body and only counts its bytes (for
+  bodies too large to keep); the log then has ``body_bytes`` and no body;
 - PUT stores the body under the raw path: 201 when new, 200 when replaced;
   POST/PATCH answer 200, DELETE 200 (204-free so a body is always present);
   GET/HEAD answer the stored body (200) or 404;
@@ -23,6 +31,7 @@ Behaviour:
 
 import argparse
 import json
+import socket
 import signal
 import sys
 import threading
@@ -38,6 +47,7 @@ class State:
         self.seq = 0        # guarded by lock
         self.active = {}    # id -> request still being handled, guarded by lock
         self.next_active = 0  # guarded by lock
+        self.dropped = 0      # connections closed by X-Test-Drop-Idle; guarded by lock
 
 
 STATE = State()
@@ -62,13 +72,16 @@ class Handler(BaseHTTPRequestHandler):
         return parts[1] if len(parts) >= 2 else self.path
 
     def _read_body(self):
+        self.discarded = None
+        if self.headers.get("X-Test-Discard-Body"):
+            return self._discard_body()
         te = self.headers.get("Transfer-Encoding", "")
         if "chunked" in te.lower():
             chunks = []
             while True:
                 line = self.rfile.readline(65537)
                 if not line:
-                    break
+                    raise IncompleteBody("EOF before the last chunk")
                 size = int(line.split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:
                     # trailers until the empty line
@@ -77,11 +90,29 @@ class Handler(BaseHTTPRequestHandler):
                         if t in (b"\r\n", b"\n", b""):
                             break
                     break
-                chunks.append(self.rfile.read(size))
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    raise IncompleteBody("EOF inside a chunk")
+                chunks.append(chunk)
                 self.rfile.readline(3)  # CRLF after the chunk
             return b"".join(chunks)
         length = int(self.headers.get("Content-Length", "0") or "0")
-        return self.rfile.read(length) if length > 0 else b""
+        body = self.rfile.read(length) if length > 0 else b""
+        if len(body) < length:
+            raise IncompleteBody(f"EOF after {len(body)} of {length} body bytes")
+        return body
+
+    def _discard_body(self):
+        """Reads a Content-Length body in pieces, keeping only its size."""
+        length = int(self.headers.get("Content-Length", "0") or "0")
+        left = length
+        while left > 0:
+            piece = self.rfile.read(min(left, 1 << 20))
+            if not piece:
+                raise IncompleteBody(f"EOF with {left} body bytes missing")
+            left -= len(piece)
+        self.discarded = length - left
+        return b""
 
     # --- responses -------------------------------------------------------
 
@@ -98,7 +129,8 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET" and target == "/__log":
             with STATE.lock:
                 body = json.dumps({"requests": STATE.log,
-                                   "active": list(STATE.active.values())}).encode()
+                                   "active": list(STATE.active.values()),
+                                   "dropped": STATE.dropped}).encode()
             self._send(200, body)
             return True
         if method == "POST" and target == "/__reset":
@@ -113,7 +145,11 @@ class Handler(BaseHTTPRequestHandler):
         start = time.monotonic()
         method = self.command
         target = self._raw_target()
-        body = self._read_body()
+        try:
+            body = self._read_body()
+        except IncompleteBody:
+            self.close_connection = True
+            return
         if self._control(method, target):
             return
 
@@ -143,11 +179,27 @@ class Handler(BaseHTTPRequestHandler):
                 "path": target,
                 "headers": headers,
                 "body": body.decode("latin-1"),
+                "body_bytes": len(body) if self.discarded is None else self.discarded,
                 "start": start,
                 "end": time.monotonic(),
                 "status": status,
             })
+        if self.headers.get("X-Test-EOF-Body"):
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(out)
+            self.wfile.flush()
+            self.close_connection = True
+            return
         self._send(status, out, ctype, head_only=(method == "HEAD"))
+        if self.headers.get("X-Test-Drop-Idle"):
+            # FIN now, then count it: a test can wait until the close is sent.
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            with STATE.lock:
+                STATE.dropped += 1
 
     def _respond(self, method, target, body):
         """Decides the answer; called with STATE.lock held."""
@@ -166,6 +218,10 @@ class Handler(BaseHTTPRequestHandler):
         return 200, json.dumps({"backend": "ok", "method": method}).encode(), "application/json"
 
     do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_OPTIONS = _handle
+
+
+class IncompleteBody(Exception):
+    """The client closed before the whole body arrived."""
 
 
 class Server(ThreadingHTTPServer):

@@ -1,0 +1,29 @@
+#pragma once
+// Request framing checks (RFC 9112 sections 6 and 3.2). A request that
+// fencegate and the backend could frame or route differently is a fencing
+// bypass (request smuggling), so every ambiguous head is refused with 400 and
+// nothing is forwarded. Boost.Beast's parser already refuses some of these;
+// the rest, and anything it lets through, are caught here.
+
+#include <boost/beast/http/message.hpp>
+#include <string>
+#include <string_view>
+
+namespace fencegate::proxy {
+
+// "" when the head is acceptable, else what is wrong (for the 400 body).
+// Refuses: Transfer-Encoding on HTTP/1.0; Transfer-Encoding with
+// Content-Length; a last transfer coding other than chunked, or chunked
+// twice; more than one Content-Length (even equal); an empty or non-numeric
+// Content-Length; on HTTP/1.1 a missing or repeated Host; a Host with
+// whitespace or a comma (obs-fold into Host); NUL, CR or LF in any field value.
+std::string CheckRequestHead(const boost::beast::http::request_header<>& req);
+
+// Turns an absolute-form target ("http://host:port/p?q") into origin-form
+// ("/p?q") when its authority is the request's Host (RFC 9112 3.2.2).
+// Returns "" and sets *origin on success; otherwise the reason for a 400
+// (another host, another scheme, malformed).
+std::string AbsoluteToOrigin(std::string_view target, std::string_view host,
+                             std::string* origin);
+
+}  // namespace fencegate::proxy

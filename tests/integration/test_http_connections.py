@@ -1,0 +1,201 @@
+"""Limits, timeouts and connection handling (issue 3): slow and idle clients
+are cut off on time, connection limits hold, pooled upstream connections the
+backend closed are never used for a fenced write, EOF-delimited responses
+are re-framed, bodies stream without being held, and a drain loses nothing."""
+
+import os
+import signal
+import socket
+import threading
+import time
+
+from fg_helpers import RawConnection, assert_json_error, build_request, raw_exchange
+
+
+def closed_within(sock, seconds):
+    """Seconds until the peer closed `sock` (recv returns b"" or a reset),
+    or None when it stayed open for `seconds`."""
+    start = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return time.monotonic() - start
+    except (ConnectionResetError, BrokenPipeError):
+        return time.monotonic() - start
+    except socket.timeout:
+        return None
+
+
+def test_chunked_body_over_the_limit_is_413_and_never_completes_upstream(make_gate, backend):
+    gate = make_gate(limits={"max_body_bytes": 1000})
+    chunk = b"400\r\n" + b"x" * 0x400 + b"\r\n"
+    data = (b"PUT /objects/big HTTP/1.1\r\nHost: x\r\nFencing-Token: 1\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 3 + b"0\r\n\r\n")
+    r = raw_exchange(gate.proxy, data)
+    assert_json_error(r, 413, "body_too_large")
+    assert backend.log() == [], "a body cut at the limit must not complete at the backend"
+
+
+def test_content_length_over_the_limit_is_413_before_anything_is_sent(make_gate, backend):
+    gate = make_gate(limits={"max_body_bytes": 1000})
+    data = (b"PUT /objects/big HTTP/1.1\r\nHost: x\r\nFencing-Token: 1\r\n"
+            b"Content-Length: 5000\r\n\r\n")
+    r = raw_exchange(gate.proxy, data)
+    assert_json_error(r, 413, "body_too_large")
+    assert backend.log() == []
+    assert gate.admin_get("/v1/keys/%2Fobjects%2Fbig").status == 404
+
+
+def test_header_block_over_the_limit_is_431(make_gate, backend):
+    gate = make_gate(limits={"max_header_bytes": 2048})
+    r = raw_exchange(gate.proxy, build_request("GET", "/plain/a", [("X-Big", "y" * 4000)]))
+    assert_json_error(r, 431, "headers_too_large")
+    assert backend.log() == []
+
+
+def test_slowloris_is_cut_off_within_header_timeout(make_gate, backend):
+    gate = make_gate(limits={"header_timeout": "1s", "idle_timeout": "30s"})
+    sock = socket.create_connection(gate.proxy)
+    start = time.monotonic()
+    sock.sendall(b"PUT /objects/slow HTTP/1.1\r\nHost: x\r\n")
+    stop = threading.Event()
+
+    def dribble():
+        # One byte every 200 ms: never finishes the head.
+        while not stop.is_set():
+            try:
+                sock.send(b"X")
+            except OSError:
+                return
+            stop.wait(0.2)
+
+    t = threading.Thread(target=dribble, daemon=True)
+    t.start()
+    waited = closed_within(sock, 5)
+    stop.set()
+    t.join()
+    sock.close()
+    assert waited is not None, "a client dribbling its head was not cut off"
+    assert time.monotonic() - start <= 1 + 1, f"cut off after {time.monotonic() - start:.2f}s"
+    assert backend.log() == []
+
+
+def test_idle_keepalive_connection_closes_after_idle_timeout(make_gate, backend):
+    gate = make_gate(limits={"header_timeout": "5s", "idle_timeout": "1s"})
+    with RawConnection(gate.proxy) as c:
+        c.send("GET", "/plain/i", close=False)
+        assert c.read_response().status == 404
+        waited = closed_within(c.sock, 6)
+    assert waited is not None and waited <= 2.0, f"idle connection open after {waited}"
+
+
+def test_max_connections_refuses_beyond_the_limit_and_recovers(make_gate, backend):
+    gate = make_gate(limits={"max_connections": 2})
+    first = [socket.create_connection(gate.proxy) for _ in range(2)]
+    # Both are served (proves they count as active).
+    for s in first:
+        s.sendall(build_request("GET", "/plain/m", close=False))
+    for s in first:
+        assert s.recv(65536).startswith(b"HTTP/1.1 404")
+    extra = socket.create_connection(gate.proxy)
+    assert closed_within(extra, 5) is not None, "a third connection was kept open"
+    extra.close()
+    first[0].close()
+    # Once a slot is free a new connection is served again.
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            r = raw_exchange(gate.proxy, build_request("GET", "/plain/m"))
+            break
+        except (AssertionError, OSError):  # refused while the slot is still taken
+            assert time.monotonic() < deadline, "no connection accepted after one closed"
+    assert r.status == 404
+    first[1].close()
+
+
+def test_backend_closing_a_pooled_connection_never_fails_a_fenced_write(gate, backend):
+    with RawConnection(gate.proxy) as c:
+        # The backend answers keep-alive and then closes: the connection
+        # fencegate pooled is dead.
+        c.send("PUT", "/objects/pool", [("Fencing-Token", "1"), ("X-Test-Drop-Idle", "1")],
+               b"one", close=False)
+        assert c.read_response("PUT").status in (200, 201)
+        backend.wait_until(lambda snap: snap["dropped"] == 1, what="the backend's close")
+        c.send("PUT", "/objects/pool", [("Fencing-Token", "2")], b"two", close=False)
+        r = c.read_response("PUT")
+        assert r.status in (200, 201), r
+    assert [e["body"] for e in backend.log()] == ["one", "two"]
+
+
+def test_eof_delimited_response_is_chunked_to_the_client_and_not_pooled(gate, backend):
+    with RawConnection(gate.proxy) as c:
+        c.send("PUT", "/objects/eof", [("Fencing-Token", "1"), ("X-Test-EOF-Body", "1")], b"e",
+               close=False)
+        r = c.read_response("PUT")
+        assert r.status in (200, 201) and r.header("Transfer-Encoding") == "chunked", r
+        assert b"stored" in r.body
+        # The client connection stays usable; the upstream one was not reused.
+        c.send("GET", "/objects/eof", close=False)
+        r = c.read_response()
+        assert r.status == 200 and r.body == b"e", r
+
+
+def test_upstream_timeout_is_504_and_token_stays(make_gate, backend):
+    gate = make_gate(upstream={"url": f"http://127.0.0.1:{backend.port}", "timeout": "300ms"})
+    r = gate.put("/objects/slow", 5, headers=[("X-Test-Hold-Ms", "1500")])
+    assert_json_error(r, 504, "upstream_timeout")
+    assert gate.admin_get("/v1/keys/%2Fobjects%2Fslow").json()["token"] == 5
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_one_gib_put_streams_through_with_bounded_memory(make_gate, backend):
+    size = 1 << 30
+    gate = make_gate(limits={"max_body_bytes": 2 * size})
+    pid = gate.proc.pid
+    peak = [rss_kib(pid)]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_kib(pid))
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    piece = os.urandom(1 << 20)
+    with RawConnection(gate.proxy, timeout=120) as c:
+        c.send_raw(b"PUT /objects/gib HTTP/1.1\r\nHost: x\r\nFencing-Token: 1\r\n"
+                   b"X-Test-Discard-Body: 1\r\nContent-Length: " + str(size).encode() +
+                   b"\r\nConnection: close\r\n\r\n")
+        for _ in range(size // len(piece)):
+            c.sock.sendall(piece)
+        r = c.read_response("PUT")
+    done.set()
+    sampler.join()
+    assert r.status in (200, 201), r
+    [entry] = backend.log()
+    assert entry["body_bytes"] == size
+    assert peak[0] < 64 * 1024, f"fencegate's resident memory reached {peak[0]} KiB"
+
+
+def test_graceful_drain_finishes_in_flight_requests(gate, backend):
+    c = RawConnection(gate.proxy, timeout=30)
+    c.send("PUT", "/objects/drain", [("Fencing-Token", "1"), ("X-Test-Hold-Ms", "1500")],
+           b"in flight")
+    # Wait until the backend is actually holding it, then ask fencegate to stop.
+    backend.wait_until(lambda snap: snap["active"], what="the request at the backend")
+    gate.proc.send_signal(signal.SIGTERM)
+    r = c.read_response("PUT")
+    c.close()
+    assert r.status in (200, 201), f"in-flight request lost in the drain: {r}"
+    assert gate.proc.wait(timeout=20) == 0
+    assert [e["body"] for e in backend.log()] == ["in flight"]

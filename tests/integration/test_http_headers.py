@@ -1,0 +1,119 @@
+"""Header hygiene (issue 3): hop-by-hop headers stay on their hop,
+X-Forwarded-For / Forwarded cannot be forged past the trusted hops, and
+every request carries an X-Request-Id end to end."""
+
+import json
+import re
+
+from fg_helpers import RawConnection, build_request, raw_exchange
+
+
+def backend_headers(entry):
+    out = {}
+    for k, v in entry["headers"]:
+        out.setdefault(k.lower(), []).append(v)
+    return out
+
+
+def test_hop_by_hop_headers_do_not_reach_the_backend(gate, backend):
+    data = build_request("PUT", "/objects/h", [
+        ("Fencing-Token", "1"),
+        ("Connection", "close, X-Secret, X-Other"),
+        ("X-Secret", "do-not-forward"),
+        ("X-Other", "nor-this"),
+        ("Keep-Alive", "timeout=5"),
+        ("TE", "trailers"),
+        ("Upgrade", "websocket"),
+        ("Proxy-Authorization", "Basic c2VjcmV0"),
+        ("Proxy-Connection", "keep-alive"),
+        ("Trailer", "X-T"),
+        ("X-Kept", "yes"),
+    ], b"body")
+    r = raw_exchange(gate.proxy, data)
+    assert 200 <= r.status < 300, r
+    [entry] = backend.log()
+    h = backend_headers(entry)
+    for name in ("x-secret", "x-other", "keep-alive", "te", "upgrade", "proxy-authorization",
+                 "proxy-connection", "trailer"):
+        assert name not in h, f"{name} reached the backend: {h}"
+    assert h["x-kept"] == ["yes"]
+    assert h["fencing-token"] == ["1"]
+
+
+def test_forged_forwarded_headers_are_replaced_without_trusted_hops(gate, backend):
+    data = build_request("GET", "/plain/f", [
+        ("X-Forwarded-For", "6.6.6.6"),
+        ("X-Forwarded-Proto", "https"),
+        ("Forwarded", "for=6.6.6.6;proto=https"),
+    ])
+    raw_exchange(gate.proxy, data)
+    [entry] = backend.log()
+    h = backend_headers(entry)
+    assert h["x-forwarded-for"] == ["127.0.0.1"]
+    assert h["x-forwarded-proto"] == ["http"]
+    assert h["forwarded"] == ["for=127.0.0.1;proto=http"]
+
+
+def test_trusted_hop_is_kept_and_peer_appended(make_gate, backend):
+    gate = make_gate(forwarding={"trusted_hops": 1})
+    data = build_request("GET", "/plain/f", [
+        ("X-Forwarded-For", "1.1.1.1, 2.2.2.2"),
+        ("X-Forwarded-Proto", "https"),
+    ])
+    raw_exchange(gate.proxy, data)
+    [entry] = backend.log()
+    h = backend_headers(entry)
+    # Only the last entry was added by the one trusted proxy; 1.1.1.1 could
+    # have been written by anyone.
+    assert h["x-forwarded-for"] == ["2.2.2.2, 127.0.0.1"]
+    assert h["x-forwarded-proto"] == ["https"]
+
+
+def test_request_id_is_generated_passed_on_returned_and_logged(gate, backend):
+    r = raw_exchange(gate.proxy, build_request("PUT", "/objects/rid", [("Fencing-Token", "5")],
+                                               b"x"))
+    rid = r.header("X-Request-Id")
+    assert rid and re.fullmatch(r"[0-9a-f]{32}", rid), r
+    [entry] = backend.log()
+    assert backend_headers(entry)["x-request-id"] == [rid]
+    lines = [json.loads(l) for l in open(gate.stderr_path) if l.startswith("{")]
+    logged = [l for l in lines if l.get("request_id") == rid]
+    assert len(logged) == 1, lines
+    line = logged[0]
+    for field in ("method", "path", "route", "key", "token", "outcome", "status", "bytes_in",
+                  "bytes_out", "upstream_ms", "total_ms", "client"):
+        assert field in line, f"access log lacks {field}: {line}"
+    assert line["key"] == "/objects/rid" and line["token"] == 5 and line["status"] == r.status
+
+
+def test_valid_incoming_request_id_is_kept_invalid_one_replaced(gate, backend):
+    r = raw_exchange(gate.proxy, build_request("GET", "/plain/r", [("X-Request-Id", "abc-123.x")]))
+    assert r.header("X-Request-Id") == "abc-123.x"
+    r = raw_exchange(gate.proxy, build_request("GET", "/plain/r", [("X-Request-Id", "bad id!")]))
+    assert r.header("X-Request-Id") != "bad id!"
+    ids = [backend_headers(e)["x-request-id"][0] for e in backend.log()]
+    assert ids[0] == "abc-123.x" and ids[1] == r.header("X-Request-Id")
+
+
+def test_fencegates_own_replies_carry_the_request_id(gate, backend):
+    r = raw_exchange(gate.proxy, build_request("PUT", "/objects/n", [("X-Request-Id", "mine")],
+                                               b"x"))
+    assert r.status == 428
+    assert r.header("X-Request-Id") == "mine"
+
+
+def test_pipelined_requests_are_answered_in_order(gate, backend):
+    host = f"{gate.proxy[0]}:{gate.proxy[1]}"
+    data = (build_request("PUT", "/objects/p1", [("Fencing-Token", "2")], b"one", host=host,
+                          close=False)
+            + build_request("PUT", "/objects/p1", [("Fencing-Token", "1")], b"stale", host=host,
+                            close=False)
+            + build_request("GET", "/objects/p1", host=host, close=False)
+            + build_request("PUT", "/objects/p2", [("Fencing-Token", "2")], b"two", host=host,
+                            close=True))
+    with RawConnection(gate.proxy) as c:
+        c.send_raw(data)
+        statuses = [c.read_response(m).status for m in ("PUT", "PUT", "GET", "PUT")]
+    assert statuses[0] in (200, 201) and statuses[1] == 409
+    assert statuses[2] == 200 and statuses[3] in (200, 201), statuses
+    assert [e["path"] for e in backend.log()] == ["/objects/p1", "/objects/p1", "/objects/p2"]
