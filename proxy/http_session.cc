@@ -334,6 +334,10 @@ void HttpSession::DoRequestBody() {
     auto& body = req_parser_->get().body();
     body.data = Buffer();
     body.size = kBodyBufferSize;
+    // Beast sizes each read by the buffer's spare capacity: make it large so
+    // a body moves in 64 KiB reads, not in the few hundred bytes left over
+    // from the head.
+    buffer_.reserve(kBodyBufferSize);
     stream_.expires_after(config_.limits.idle_timeout);
     http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
       self->OnRequestBodyRead(ec);
@@ -459,6 +463,7 @@ void HttpSession::DoResponseBody() {
     auto& body = res_parser_->get().body();
     body.data = Buffer();
     body.size = kBodyBufferSize;
+    up_buffer_.reserve(kBodyBufferSize);
     upstream_->expires_after(config_.upstream.timeout);
     http::async_read(*upstream_, up_buffer_, *res_parser_,
                      [self = shared_from_this()](ec_t ec, size_t) {
@@ -573,6 +578,12 @@ void HttpSession::FinishRequest(bool keep_alive) {
   res_parser_.reset();
   down_sr_.reset();
   reply_ = {};
+  // An idle keep-alive connection holds no body-sized buffers: with many
+  // idle clients that memory adds up (issue 7 measured 576 MiB at 10k).
+  body_buffer_.reset();
+  up_buffer_.clear();
+  up_buffer_.shrink_to_fit();
+  buffer_.shrink_to_fit();
   if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
