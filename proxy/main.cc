@@ -6,13 +6,16 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
 #include "locks/lock_server.h"
 #include "proxy/router.h"
 #include "proxy/server.h"
+#include "storage/export_import.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/token_store.h"
 
@@ -97,6 +100,91 @@ int Serve(std::shared_ptr<const config::Config> cfg, bool test_faults) {
   return code;
 }
 
+
+// `fencegate export` / `fencegate import`: back up or move fences
+// (storage/export_import.h). Both open the store directly, so they run
+// while fencegate is stopped.
+storage::StoreOptions StoreOptionsOf(const config::Config& cfg) {
+  storage::StoreOptions options;
+  options.engine = cfg.storage.engine;
+  options.path = cfg.storage.path;
+  options.durability = cfg.storage.durability == config::Durability::kSync
+                           ? storage::Durability::kSync
+                           : storage::Durability::kAsync;
+  return options;
+}
+
+void PrintStoreError(const char* what, const storage::StoreOptions& options,
+                     const storage::Status& status) {
+  std::cerr << "fencegate " << what << ": " << options.path << ": " << status.ToString() << "\n";
+  if (status.code() == storage::Status::Code::kBusy) {
+    std::cerr << "fencegate " << what
+              << ": export and import open the token store directly; stop the fencegate that "
+                 "uses it first\n";
+  }
+}
+
+int RunExport(const config::Config& cfg, const std::string& output) {
+  storage::StoreOptions options = StoreOptionsOf(cfg);
+  std::ofstream file;
+  if (output != "-") {
+    file.open(output, std::ios::out | std::ios::trunc);
+    if (!file) {
+      std::cerr << "fencegate export: cannot write " << output << "\n";
+      return kExitRuntime;
+    }
+  }
+  std::ostream& out = output == "-" ? std::cout : file;
+  uint64_t count = 0;
+  storage::Status s = storage::ExportStore(options, out, &count);
+  if (!s.ok()) {
+    PrintStoreError("export", options, s);
+    return kExitRuntime;
+  }
+  std::cerr << "fencegate export: " << count << " keys from " << options.path << "\n";
+  return kExitOk;
+}
+
+int RunImport(const config::Config& cfg, const std::string& input) {
+  std::ifstream file;
+  if (input != "-") {
+    file.open(input);
+    if (!file) {
+      std::cerr << "fencegate import: cannot read " << input << "\n";
+      return kExitConfig;
+    }
+  }
+  std::istream& in = input == "-" ? std::cin : file;
+  std::vector<storage::TokenRecord> records;
+  // Everything is parsed before anything is applied: a bad line changes nothing.
+  if (storage::Status s = storage::ReadRecords(in, &records); !s.ok()) {
+    std::cerr << "fencegate import: " << (input == "-" ? "<stdin>" : input) << ": "
+              << s.message() << "; nothing was imported\n";
+    return kExitConfig;
+  }
+  storage::StoreOptions options = StoreOptionsOf(cfg);
+  storage::Status status;
+  std::unique_ptr<storage::TokenStore> store = storage::OpenStore(options, &status);
+  if (!store) {
+    PrintStoreError("import", options, status);
+    return kExitRuntime;
+  }
+  storage::ImportSummary summary;
+  storage::Status imported = storage::ImportTokens(*store, records, &summary);
+  storage::Status closed = store->Close();
+  if (!imported.ok() || !closed.ok()) {
+    PrintStoreError("import", options, imported.ok() ? closed : imported);
+    std::cerr << "fencegate import: " << summary.records << " of " << records.size()
+              << " records were applied before the error (tokens only go up; run the import "
+                 "again)\n";
+    return kExitRuntime;
+  }
+  std::cerr << "fencegate import: " << summary.records << " records into " << options.path
+            << ": " << summary.at_imported << " now at the imported token, "
+            << summary.already_higher << " already higher (kept)\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,6 +199,19 @@ int main(int argc, char** argv) {
   app.add_flag("--enable-test-faults", test_faults,
                "tests only: let the admin API inject token store faults")
       ->group("");  // hidden
+  // Subcommands; plain `fencegate --config FILE` still runs the proxy.
+  std::string sub_config;
+  std::string export_output = "-";
+  std::string import_input = "-";
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "write every key and its token as JSON lines (run while fencegate is stopped)");
+  export_cmd->add_option("-c,--config", sub_config, "YAML configuration file (storage section)");
+  export_cmd->add_option("-o,--output", export_output, "file to write, - for stdout (default)");
+  CLI::App* import_cmd = app.add_subcommand(
+      "import", "raise tokens from JSON lines (never lowers; run while fencegate is stopped)");
+  import_cmd->add_option("-c,--config", sub_config, "YAML configuration file (storage section)");
+  import_cmd->add_option("-i,--input", import_input, "file to read, - for stdin (default)");
+  app.require_subcommand(0, 1);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -119,6 +220,12 @@ int main(int argc, char** argv) {
   if (version) {
     std::cout << "fencegate " << FENCEGATE_VERSION << "\n";
     return kExitOk;
+  }
+  const bool tool = export_cmd->parsed() || import_cmd->parsed();
+  if (tool && !sub_config.empty()) config_path = sub_config;
+  if (tool && check) {
+    std::cerr << "fencegate: --check cannot be combined with export or import\n";
+    return kExitConfig;
   }
   if (config_path.empty()) {
     std::cerr << "fencegate: --config FILE is required (see --help)\n";
@@ -142,6 +249,8 @@ int main(int argc, char** argv) {
     std::cout << "configuration OK: " << config_path << "\n";
     return kExitOk;
   }
+  if (export_cmd->parsed()) return RunExport(*cfg, export_output);
+  if (import_cmd->parsed()) return RunImport(*cfg, import_input);
   SetUpLogging(cfg->log);
   return Serve(std::move(cfg), test_faults);
 }

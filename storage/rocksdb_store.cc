@@ -156,6 +156,30 @@ Status RocksDbStore::ReadToken(const std::string& key, bool* present,
   return Status::Ok();
 }
 
+Status RocksDbStore::ForEach(const Visitor& visit) const {
+  std::shared_lock<std::shared_mutex> lock(db_mu_);
+  if (db_ == nullptr) {
+    return Status::Unavailable("token store is closed or reopening");
+  }
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;  // a full scan would only evict the hot keys
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    std::string key = it->key().ToString();
+    rocksdb::Slice raw = it->value();
+    if (raw.size() != kTokenBytes) {
+      return Status::Corruption("stored token for key '" + Printable(key) +
+                                "' is " + std::to_string(raw.size()) +
+                                " bytes, expected 8");
+    }
+    if (!visit(key, DecodeToken(std::string_view(raw.data(), raw.size())))) {
+      return Status::Ok();
+    }
+  }
+  return FromRocks(it->status(), "scanning the token store");
+}
+
 void RocksDbStore::WriterLoop() {
   std::vector<WriteRequest> batch;
   for (;;) {
@@ -190,6 +214,7 @@ void RocksDbStore::WriterLoop() {
 }
 
 Status RocksDbStore::Recover(bool probe) {
+  if (Status s = rocksdb_support::CheckFreeSpace(options_); !s.ok()) return s;
   rocksdb::Status resumed = db_ ? db_->Resume() : rocksdb::Status::Aborted();
   if (!resumed.ok()) {
     // Not resumable (a fatal error such as EIO on the WAL), or the database
@@ -268,6 +293,13 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
 
   Status failed;
   if (changes.Count() > 0) {
+    failed = rocksdb_support::CheckFreeSpace(options_);
+  }
+  if (!failed.ok()) {
+    write_errors_.fetch_add(1, std::memory_order_relaxed);
+    failed_ = true;
+    SetHealth(failed);
+  } else if (changes.Count() > 0) {
     rocksdb::WriteOptions wo;
     wo.sync = options_.durability == Durability::kSync;
     rocksdb::Status s = db_->Write(wo, &changes);

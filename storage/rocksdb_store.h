@@ -25,6 +25,12 @@
 // closed, key too long, queue full) run the handler on the caller's thread
 // before the call returns, as token_store.h allows.
 //
+// Disk space. Before each write the writer checks that the data dir's file
+// system has rocksdb_support::kMinFreeBytes (4 MiB) free; below that the
+// batch fails as if DB::Write had failed (IoError, see below), so a full
+// disk fails closed before RocksDB's WAL append hits ENOSPC (which Debian's
+// librocksdb 7.8 answers with an assertion abort).
+//
 // Failure. If DB::Write fails, every handler of the batch gets the error (no
 // request of the batch is accepted) and Health() reports it until a write
 // succeeds again. The writer then recovers on its own, without a restart,
@@ -45,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -128,6 +135,15 @@ class RocksDbStore : public TokenStore {
 
   // A snapshot of the counters. Thread-safe, never blocks on I/O.
   StoreStats stats() const;
+
+  // Calls visit(key, token) for every stored key, in byte order of the keys,
+  // from a consistent snapshot of the database; stops early (still ok) when
+  // visit returns false. Runs on the caller's thread and BLOCKS on disk
+  // reads: meant for offline tools (fencegate export), never for an I/O
+  // thread. Thread-safe. A stored value that is not 8 bytes stops the scan
+  // with Corruption; an I/O error stops it with that error.
+  using Visitor = std::function<bool(const std::string& key, uint64_t token)>;
+  Status ForEach(const Visitor& visit) const;
 
  private:
   struct WriteRequest {

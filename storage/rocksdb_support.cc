@@ -1,5 +1,9 @@
 #include "storage/rocksdb_support.h"
 
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -57,6 +61,7 @@ Status CheckNotPartial(const std::string& path) {
     return Status::IoError("storage.path " + path + " is not a directory");
   }
   if (fs::exists(fs::path(path) / "CURRENT", ec)) return Status::Ok();
+  ec.clear();  // an unreadable dir is reported by the listing below
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     std::string name = entry.path().filename().string();
     bool rocks_file = name.starts_with("MANIFEST-") ||
@@ -73,7 +78,9 @@ Status CheckNotPartial(const std::string& path) {
   }
   if (ec) {
     return Status::IoError("cannot list data dir " + path + ": " +
-                           ec.message());
+                           ec.message() +
+                           "; check that the directory is readable and "
+                           "writable by the user fencegate runs as");
   }
   return Status::Ok();
 }
@@ -171,6 +178,23 @@ Status OpenDb(const RocksDbStoreOptions& options,
   rocksdb::Status s = rocksdb::DB::Open(MakeOptions(options), options.path, &raw);
   if (!s.ok()) return OpenError(s, options.path);
   db->reset(raw);
+  return Status::Ok();
+}
+
+Status CheckFreeSpace(const RocksDbStoreOptions& options) {
+  struct statvfs fs {};
+  if (statvfs(options.path.c_str(), &fs) != 0) {
+    return Status::IoError("cannot stat the file system of " + options.path +
+                           ": " + std::strerror(errno));
+  }
+  uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (avail < kMinFreeBytes) {
+    return Status::IoError(
+        "no space left for the token store: " + std::to_string(avail) +
+        " bytes free on the file system of " + options.path + ", at least " +
+        std::to_string(kMinFreeBytes) +
+        " needed; free space there (fencegate recovers by itself)");
+  }
   return Status::Ok();
 }
 

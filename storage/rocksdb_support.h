@@ -44,6 +44,17 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context);
 Status OpenDb(const RocksDbStoreOptions& options,
               std::unique_ptr<rocksdb::DB>* db);
 
+// Free space the data dir must keep before the store writes: below it a
+// write is refused (IoError) instead of being tried. RocksDB's WAL writer
+// does not survive a failed append (an assertion aborts the process in
+// Debian's librocksdb 7.8), so fencegate fails closed before the disk is
+// completely full. A batch is at most ~1 MiB (1024 requests of <= 1 KiB).
+inline constexpr uint64_t kMinFreeBytes = 4 << 20;
+
+// Ok when the file system of options.path has at least kMinFreeBytes
+// available; IoError saying how much is free and what to do otherwise.
+Status CheckFreeSpace(const RocksDbStoreOptions& options);
+
 // Creates, writes, fsyncs and deletes a small file in options.path through
 // options.env: ok when the data dir can be written again. Lets recovery
 // keep a read-only database open while the disk still fails.

@@ -1,0 +1,144 @@
+// Durable advances per second of the RocksDB token store at 1, 8 and 64
+// concurrent writers, durability sync vs async: what group commit buys.
+//
+//   cmake --build build --target store_bench
+//   build/bench/store/store_bench [--benchmark_min_time=2]
+//   FENCEGATE_BENCH_DIR=/path/on/the/real/disk build/bench/store/store_bench
+//
+// Each writer is a closed loop: it issues Advance(key, token+1) on its own
+// key and issues the next one from the handler, so W writers keep exactly W
+// advances in flight, as W proxy sessions writing to W keys would. The
+// store's writer thread gathers whatever is queued into one batch and one
+// DB::Write (one fsync under sync). Counters:
+//   advances/s        acknowledged advances per second (the rate)
+//   fsyncs/s          synced DB::Write calls per second (0 under async)
+//   advances/fsync    how many advances shared one fsync (group commit)
+// The data dir is a fresh directory under $FENCEGATE_BENCH_DIR (default:
+// the system temp dir); fsync cost depends entirely on that disk.
+
+#include <benchmark/benchmark.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "storage/rocksdb_store.h"
+
+namespace fencegate::storage {
+namespace {
+
+std::string MakeDir() {
+  const char* base = getenv("FENCEGATE_BENCH_DIR");
+  std::filesystem::path root =
+      base != nullptr ? std::filesystem::path(base) : std::filesystem::temp_directory_path();
+  std::string tmpl = (root / "fencegate-store-bench-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) return {};
+  return tmpl;
+}
+
+// W closed-loop writers; Run(n) lets them complete n advances in all.
+class Writers {
+ public:
+  Writers(RocksDbStore& store, int writers)
+      : store_(store), writers_(writers), tokens_(writers, 0) {}
+
+  // Returns false if any advance failed.
+  bool Run(int64_t total) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      remaining_ = total;
+      running_ = writers_;
+      failed_ = false;
+    }
+    for (int w = 0; w < writers_; ++w) Next(w);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return running_ == 0; });
+    return !failed_;
+  }
+
+ private:
+  void Next(int w) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (remaining_ <= 0 || failed_) {
+        if (--running_ == 0) cv_.notify_all();
+        return;
+      }
+      --remaining_;
+    }
+    uint64_t token = ++tokens_[w];
+    store_.Advance("/bench/" + std::to_string(w), token, [this, w](const Status& s, Fence f) {
+      if (!s.ok() || !f.accepted) {
+        std::lock_guard<std::mutex> lock(mu_);
+        failed_ = true;
+      }
+      Next(w);  // only enqueues: allowed from a store handler
+    });
+  }
+
+  RocksDbStore& store_;
+  const int writers_;
+  std::vector<uint64_t> tokens_;  // per writer; touched only by its own chain
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t remaining_ = 0;  // guarded by mu_
+  int running_ = 0;        // guarded by mu_
+  bool failed_ = false;    // guarded by mu_
+};
+
+void BM_Advance(benchmark::State& state, Durability durability) {
+  const int writers = static_cast<int>(state.range(0));
+  std::string dir = MakeDir();
+  if (dir.empty()) {
+    state.SkipWithError("cannot create the data dir");
+    return;
+  }
+  RocksDbStoreOptions options;
+  options.path = dir;
+  options.durability = durability;
+  std::unique_ptr<RocksDbStore> store;
+  if (Status s = RocksDbStore::Open(options, &store); !s.ok()) {
+    state.SkipWithError(s.ToString().c_str());
+    return;
+  }
+  Writers loop(*store, writers);
+  const int64_t per_iteration = 64;  // advances completed per benchmark iteration
+  StoreStats before = store->stats();
+  for (auto _ : state) {
+    if (!loop.Run(per_iteration)) {
+      state.SkipWithError("an advance failed");
+      break;
+    }
+  }
+  StoreStats after = store->stats();
+  const double advances = static_cast<double>(state.iterations() * per_iteration);
+  const double fsyncs = static_cast<double>(after.syncs - before.syncs);
+  state.counters["advances/s"] = benchmark::Counter(advances, benchmark::Counter::kIsRate);
+  state.counters["fsyncs/s"] = benchmark::Counter(fsyncs, benchmark::Counter::kIsRate);
+  state.counters["advances/fsync"] = fsyncs > 0 ? advances / fsyncs : 0;
+  state.counters["advances/batch"] =
+      static_cast<double>(after.requests - before.requests) /
+      static_cast<double>(std::max<uint64_t>(1, after.batches - before.batches));
+  Status closed = store->Close();
+  if (!closed.ok()) state.SkipWithError(closed.ToString().c_str());
+  store.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+BENCHMARK_CAPTURE(BM_Advance, sync, Durability::kSync)
+    ->ArgName("writers")->Arg(1)->Arg(8)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Advance, async, Durability::kAsync)
+    ->ArgName("writers")->Arg(1)->Arg(8)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace fencegate::storage
+
+BENCHMARK_MAIN();

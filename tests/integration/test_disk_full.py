@@ -1,0 +1,140 @@
+"""A full disk through the real binary: the token store lives on a small
+tmpfs that the test mounts and then fills until RocksDB's writes fail.
+Fenced writes must fail closed (503 store_unavailable, nothing forwarded),
+/readyz must say so, pass-through traffic must keep flowing, and freeing
+the space must restore service without a restart, with nothing that was
+acknowledged lost.
+
+Needs root (or CAP_SYS_ADMIN) to mount; skipped with the reason otherwise.
+The mount is always unmounted, after fencegate has stopped.
+"""
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from fg_helpers import IO_TIMEOUT, admin_key_path, assert_json_error, request
+
+FS_SIZE = "16m"     # below RocksDB's WAL preallocation (35 MB), so the WAL grows page by page
+KEY_PAD = "k" * 900  # long keys make each WAL record span pages sooner
+MAX_WRITES_UNTIL_FULL = 3000
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mnt = tmp_path / "small-fs"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a size-limited tmpfs needs root; run the suite as root (CI does)")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE},mode=0700",
+                        "fencegate-test", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"mount -t tmpfs not permitted here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        u = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
+        assert u.returncode == 0, f"umount {mnt} failed: {u.stderr}"
+
+
+def fill(path):
+    """Writes `path` until the file system refuses with ENOSPC, with ever
+    smaller writes, so that no free byte is left. Returns bytes written."""
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 64 << 10, 4 << 10, 512, 1):
+            data = b"\0" * chunk
+            while True:
+                try:
+                    n = f.write(data)
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+                    break
+                written += n
+                if n < chunk:
+                    break
+    return written
+
+
+def readyz(gate):
+    return request(gate.admin, "GET", "/readyz").status
+
+
+def wait_ready(gate, timeout=IO_TIMEOUT):
+    import time
+    deadline = time.monotonic() + timeout
+    while readyz(gate) != 200:
+        assert time.monotonic() < deadline, f"/readyz not 200 within {timeout}s"
+        time.sleep(0.05)  # polling interval of a condition with a deadline
+
+
+def test_full_disk_fails_closed_and_recovers(small_fs, make_gate, backend):
+    gate = make_gate(name="small", data_dir=small_fs / "data")
+    acked = {}
+    token = 0
+
+    def fenced(key, body=None):
+        nonlocal token
+        token += 1
+        r = gate.put(f"/objects/{key}", token, body=body or f"t{token}".encode())
+        if 200 <= r.status < 300:
+            acked[f"/objects/{key}"] = token
+        return r, token
+
+    for i in range(20):
+        r, _ = fenced(f"before-{i}")
+        assert 200 <= r.status < 300, r
+    assert readyz(gate) == 200
+
+    filler = small_fs / "filler"
+    fill(filler)
+
+    # The WAL's last page may still have room: write until the store fails.
+    refused = None
+    for i in range(MAX_WRITES_UNTIL_FULL):
+        r, t = fenced(f"{KEY_PAD}-{i}")
+        if r.status == 503:
+            assert_json_error(r, 503, "store_unavailable")
+            refused = t
+            break
+        assert 200 <= r.status < 300, r
+    assert refused is not None, f"no 503 after {MAX_WRITES_UNTIL_FULL} writes on a full disk"
+
+    # Fail closed while full: more refusals, nothing of them forwarded.
+    for i in range(5):
+        r, _ = fenced(f"while-full-{i}", body=b"must-not-arrive")
+        assert_json_error(r, 503, "store_unavailable")
+    assert readyz(gate) == 503, "/readyz must fail while the store cannot write"
+    log = backend.log()
+    assert not [x for x in log if x["body"] in ("must-not-arrive", f"t{refused}")], \
+        "a write refused with 503 reached the backend"
+
+    # Pass-through traffic is not fenced and keeps flowing.
+    r = request(gate.proxy, "PUT", "/plain/p", body=b"unfenced")
+    assert 200 <= r.status < 300, r
+    r = request(gate.proxy, "GET", "/plain/p")
+    assert r.status == 200 and r.body == b"unfenced", r
+    r = request(gate.proxy, "GET", "/objects/before-0")
+    assert r.status == 200, r
+
+    # Free the space: service comes back without a restart.
+    os.unlink(filler)
+    wait_ready(gate)
+    r, t = fenced("after-recovery", body=b"after-recovery")
+    assert 200 <= r.status < 300, r
+    assert [x for x in backend.log() if x["body"] == "after-recovery"], "not forwarded"
+
+    def check_all():
+        for key, tok in acked.items():
+            g = gate.admin_get(admin_key_path(key))
+            assert g.status == 200 and g.json()["token"] >= tok, \
+                f"{key}: acknowledged {tok}, store answers {g}"
+    check_all()
+    gate.restart()  # SIGTERM (exit 0) and start again on the same data
+    check_all()
+    stale = gate.put("/objects/after-recovery", t - 1, body=b"stale")
+    assert_json_error(stale, 409, "stale_token")
+    print(f"disk full: {len(acked)} acknowledged writes kept, first refusal at token {refused}")
+    assert gate.stop() == 0

@@ -1,0 +1,103 @@
+"""`fencegate export` and `fencegate import` through the real binary: back
+up a fence, move it to another data dir, never lower a token, refuse bad
+input with its line number and apply nothing."""
+
+import json
+import subprocess
+
+from fg_helpers import START_TIMEOUT, admin_key_path, assert_json_error
+
+
+def tool(binary, *args, stdin=None):
+    return subprocess.run([binary, *args], capture_output=True, text=True, input=stdin,
+                          timeout=START_TIMEOUT)
+
+
+def stored(gate, key):
+    r = gate.admin_get(admin_key_path(key))
+    return r.json()["token"] if r.status == 200 else None
+
+
+def test_export_then_import_moves_the_fence(make_gate, fencegate_bin, tmp_path):
+    src = make_gate(name="src")
+    for key, token in [("/objects/b", 20), ("/objects/a", 10), ("/objects/c", 5)]:
+        r = src.put(key, token)
+        assert 200 <= r.status < 300, r
+
+    # While fencegate runs it holds the store: export says to stop it.
+    p = tool(fencegate_bin, "export", "--config", src.config_path)
+    assert p.returncode == 1, p
+    assert "stop the fencegate that uses it first" in p.stderr, p.stderr
+    assert p.stdout == ""
+
+    assert src.stop() == 0
+    p = tool(fencegate_bin, "export", "--config", src.config_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert [json.loads(x) for x in lines] == [
+        {"key": "/objects/a", "token": 10},
+        {"key": "/objects/b", "token": 20},
+        {"key": "/objects/c", "token": 5},
+    ]
+    assert "3 keys" in p.stderr, p.stderr
+    backup = tmp_path / "backup.jsonl"
+    p = tool(fencegate_bin, "export", "--config", src.config_path, "--output", str(backup))
+    assert p.returncode == 0, p.stderr
+    assert backup.read_text().splitlines() == lines
+
+    # A newer target: import raises what is lower, keeps what is higher.
+    dst = make_gate(name="dst")
+    assert 200 <= dst.put("/objects/b", 99).status < 300
+    assert dst.stop() == 0
+    p = tool(fencegate_bin, "import", "--config", dst.config_path, "--input", str(backup))
+    assert p.returncode == 0, p.stderr
+    assert "3 records" in p.stderr and "1 already higher" in p.stderr, p.stderr
+
+    dst.start()
+    assert stored(dst, "/objects/a") == 10
+    assert stored(dst, "/objects/b") == 99, "import must never lower a token"
+    assert stored(dst, "/objects/c") == 5
+    assert_json_error(dst.put("/objects/a", 9), 409, "stale_token")
+    assert 200 <= dst.put("/objects/a", 10).status < 300
+
+
+def test_import_from_stdin_and_hex_keys(make_gate, fencegate_bin):
+    gate = make_gate(name="stdin", start=False)
+    data = '{"key":"/objects/x","token":18446744073709551615}\n\n{"key_hex":"2f6f626a656374732f79","token":3}\n'
+    p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", "-", stdin=data)
+    assert p.returncode == 0, p.stderr
+    gate.start()
+    assert stored(gate, "/objects/x") == 18446744073709551615
+    assert stored(gate, "/objects/y") == 3
+    assert gate.stop() == 0
+    p = tool(fencegate_bin, "export", "--config", gate.config_path)
+    assert p.stdout.splitlines() == ['{"key":"/objects/x","token":18446744073709551615}',
+                                     '{"key":"/objects/y","token":3}']
+
+
+def test_bad_line_names_its_number_and_applies_nothing(make_gate, fencegate_bin, tmp_path):
+    gate = make_gate(name="bad", start=False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"key":"/objects/ok","token":5}\n{"key":"/objects/neg","token":-1}\n')
+    p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", str(bad))
+    assert p.returncode == 2, p
+    assert "line 2" in p.stderr and "negative" in p.stderr and "nothing was imported" in p.stderr, \
+        p.stderr
+    gate.start()
+    assert stored(gate, "/objects/ok") is None, "a bad file must apply nothing"
+
+
+def test_export_of_a_missing_store_creates_nothing(make_gate, fencegate_bin, tmp_path):
+    gate = make_gate(name="none", start=False, data_dir=tmp_path / "does-not-exist")
+    p = tool(fencegate_bin, "export", "--config", gate.config_path)
+    assert p.returncode == 1
+    assert "no token store" in p.stderr, p.stderr
+    assert not (tmp_path / "does-not-exist").exists()
+
+
+def test_plain_run_and_check_are_unchanged(make_gate, fencegate_bin):
+    gate = make_gate(name="plain", start=False)
+    p = tool(fencegate_bin, "--config", gate.config_path, "--check")
+    assert p.returncode == 0 and "configuration OK" in p.stdout, p
+    p = tool(fencegate_bin, "export", "--config", gate.config_path, "--check")
+    assert p.returncode == 2, p
