@@ -149,6 +149,13 @@ def test_upstream_timeout_is_504_and_token_stays(make_gate, backend):
     assert gate.admin_get("/v1/keys/%2Fobjects%2Fslow").json()["token"] == 5
 
 
+def sanitizer_build(binary):
+    """ASan/TSan builds carry shadow memory: their RSS says nothing of ours."""
+    import subprocess
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    return "libasan" in out or "libtsan" in out
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -184,7 +191,8 @@ def test_one_gib_put_streams_through_with_bounded_memory(make_gate, backend):
     assert r.status in (200, 201), r
     [entry] = backend.log()
     assert entry["body_bytes"] == size
-    assert peak[0] < 64 * 1024, f"fencegate's resident memory reached {peak[0]} KiB"
+    if not sanitizer_build(gate.binary):
+        assert peak[0] < 64 * 1024, f"fencegate's resident memory reached {peak[0]} KiB"
 
 
 def test_graceful_drain_finishes_in_flight_requests(gate, backend):

@@ -4,6 +4,7 @@ every request carries an X-Request-Id end to end."""
 
 import json
 import re
+import time
 
 from fg_helpers import RawConnection, build_request, raw_exchange
 
@@ -76,8 +77,16 @@ def test_request_id_is_generated_passed_on_returned_and_logged(gate, backend):
     assert rid and re.fullmatch(r"[0-9a-f]{32}", rid), r
     [entry] = backend.log()
     assert backend_headers(entry)["x-request-id"] == [rid]
-    lines = [json.loads(l) for l in open(gate.stderr_path) if l.startswith("{")]
-    logged = [l for l in lines if l.get("request_id") == rid]
+    # The access log line is written once the response has gone out, so it
+    # may follow the response by a moment: poll the log with a deadline.
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(l) for l in open(gate.stderr_path)
+                 if l.startswith("{") and l.endswith("}\n")]
+        logged = [l for l in lines if l.get("request_id") == rid]
+        if logged or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     assert len(logged) == 1, lines
     line = logged[0]
     for field in ("method", "path", "route", "key", "token", "outcome", "status", "bytes_in",
