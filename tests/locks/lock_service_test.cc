@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
+#include <future>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -231,11 +232,11 @@ TEST_F(LockServiceTest, TokensContinueAboveTheStoreAfterARestart) {
 
 TEST_F(LockServiceTest, AdminRaisedCounterIsRespected) {
   auto raise = [&](uint64_t to) {
-    Pending done = std::make_shared<std::optional<LockResult>>();
-    store_.Raise(LockStoreKey("orders"), to, [done](const storage::Status&, storage::Fence) {
-      *done = LockResult{};
-    });
-    while (!*done) std::this_thread::yield();
+    auto done = std::make_shared<std::promise<void>>();
+    auto raised = done->get_future();
+    store_.Raise(LockStoreKey("orders"), to,
+                 [done](const storage::Status&, storage::Fence) { done->set_value(); });
+    raised.wait();
   };
   raise(100);
   LockResult a = AcquireNow("orders", 10s);

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "storage/token_store.h"
 
@@ -59,12 +60,26 @@ class FakeStore : public storage::TokenStore {
   }
   storage::Status Close() override { return {}; }
 
+  // Joins every answering thread, so no answer outlives the store (and the
+  // test that owns it).
+  ~FakeStore() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(threads_mu_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+
  private:
   // Each answer on a fresh thread, as a real engine answers off the caller.
   template <typename F>
   void Answer(F f) {
-    std::thread(std::move(f)).detach();
+    std::lock_guard lock(threads_mu_);
+    threads_.emplace_back(std::move(f));
   }
+  std::mutex threads_mu_;
+  std::vector<std::thread> threads_;  // guarded by threads_mu_
   std::mutex mu_;
   std::map<std::string, uint64_t> map_;
 };
