@@ -235,20 +235,19 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
 
+    # The kernel may deliver a process-wide SIGTERM to any thread, but Python
+    # runs signal handlers only in the main thread, and only when it wakes: a
+    # main thread parked in Event.wait() could sleep through the signal. So
+    # block the stop signals before any thread starts (threads inherit the
+    # mask) and take them synchronously with sigwait.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     server = Server(("127.0.0.1", args.port), Handler)
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
     print(server.server_address[1], flush=True)
-    stop.wait()
+    signal.sigwait(stop_signals)
     server.shutdown()
     server.server_close()
     return 0
