@@ -13,8 +13,9 @@ PACKAGES=(
   libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   nginx curl python3 python3-pytest ca-certificates
-  etcd-server etcd-client redis-server
+  etcd-server etcd-client redis-server zookeeperd python3-kazoo
   wrk linux-perf
+  clang libclang-rt-14-dev clang-tidy cppcheck
 )
 
 missing=()
