@@ -480,3 +480,210 @@ def assert_json_error(resp, status, code, **fields):
     for k, v in fields.items():
         assert doc.get(k) == v, f"want {k}={v!r} in {doc}"
     return doc
+
+
+# --------------------------------------------------------------------------
+# ZooKeeper: a standalone server as a child process, and the README's lock
+# recipe with kazoo (test_token_recipes.py). kazoo is imported by the caller:
+# this module must load without it.
+# --------------------------------------------------------------------------
+
+ZK_ENV_SCRIPT = "/usr/share/zookeeper/bin/zkEnv.sh"  # Debian's zookeeper package
+ZK_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+ZK_MISSING = "bash docker/install-deps.sh installs zookeeperd (ZooKeeper and a Java runtime)"
+
+
+def zookeeper_java_command():
+    """[java, -cp, CLASSPATH, QuorumPeerMain] as Debian's zookeeper package
+    runs its server (zkEnv.sh sets JAVA and CLASSPATH), plus slf4j-simple
+    from the same directory when present so the server logs to stderr.
+    Raises AssertionError naming what is missing."""
+    if not os.path.exists(ZK_ENV_SCRIPT):
+        raise AssertionError(f"ZooKeeper is not installed ({ZK_ENV_SCRIPT} is missing): {ZK_MISSING}")
+    out = subprocess.run(
+        ["bash", "-c", '. "$1" >/dev/null 2>&1; printf "%s\\n%s\\n" "$JAVA" "$CLASSPATH"',
+         "zkEnv", ZK_ENV_SCRIPT],
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    java, classpath = (out.stdout.split("\n") + ["", ""])[:2]
+    import shutil
+    java = java or shutil.which("java") or ""
+    if not (os.path.isfile(java) and os.access(java, os.X_OK)):
+        raise AssertionError(f"no Java runtime for ZooKeeper (JAVA={java!r}): {ZK_MISSING}")
+    entries = [p for p in classpath.split(":") if p and os.path.exists(p)]
+    jars = [p for p in entries if os.path.basename(p).startswith("zookeeper") and p.endswith(".jar")]
+    if not jars:
+        raise AssertionError(f"no ZooKeeper jar in CLASSPATH={classpath!r} from {ZK_ENV_SCRIPT}: "
+                             f"{ZK_MISSING}")
+    logger = os.path.join(os.path.dirname(jars[0]), "slf4j-simple.jar")
+    if os.path.exists(logger):
+        entries.append(logger)
+    return [java, "-Xmx256m", "-cp", ":".join(entries), ZK_MAIN]
+
+
+def four_letter_word(port, word, timeout=2.0):
+    """ZooKeeper's answer to a four-letter command, or None if the port does
+    not answer."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(word.encode())
+            out = b""
+            while chunk := s.recv(4096):
+                out += chunk
+            return out.decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper server, our child process: its own config and
+    dataDir under work_dir, a free loopback port, no admin server. Ready when
+    `srvr` says it serves and `conf` shows our dataDir (not another server
+    that took the port first)."""
+
+    def __init__(self, work_dir, start_timeout=60.0, attempts=5):
+        self.work_dir = work_dir
+        self.data_dir = os.path.join(work_dir, "data")
+        self.start_timeout = start_timeout
+        self.attempts = attempts
+        self.proc = None
+        self.port = None
+        self.log_path = None
+        self._log = None
+
+    @property
+    def hosts(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        cmd = zookeeper_java_command()
+        for attempt in range(1, self.attempts + 1):
+            # ZooKeeper cannot listen on port 0: take a free port from the
+            # kernel, release it, and start again if someone got it meanwhile.
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if self._start_on(cmd, port, attempt):
+                return self
+        raise AssertionError(f"ZooKeeper: every one of {self.attempts} free ports was taken "
+                             f"before it could bind; last log {self.log_path}")
+
+    def _start_on(self, cmd, port, attempt):
+        cfg = os.path.join(self.work_dir, f"zoo-{attempt}.cfg")
+        with open(cfg, "w") as f:
+            f.write("# written by the fencegate integration tests\n"
+                    "tickTime=200\n"  # sessions may last 0.4 s to 4 s
+                    f"dataDir={self.data_dir}\n"
+                    f"clientPort={port}\n"
+                    "clientPortAddress=127.0.0.1\n"
+                    "admin.enableServer=false\n"
+                    "4lw.commands.whitelist=srvr,conf\n")
+        self.port = port
+        self.log_path = os.path.join(self.work_dir, f"zookeeper-{attempt}.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd + [cfg], stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        mine = "dataDir=" + os.path.join(self.data_dir, "version-2")
+        deadline = time.monotonic() + self.start_timeout
+        while True:  # a condition (srvr, then conf) polled with a deadline
+            if self.proc.poll() is not None:
+                rc, log = self.proc.returncode, self.log_tail()
+                self._log.close()
+                if "Address already in use" in log:
+                    return False
+                raise AssertionError(f"ZooKeeper exited with {rc} while starting:\n{log}")
+            reply = four_letter_word(port, "srvr")
+            if reply and "Mode: standalone" in reply:
+                conf = four_letter_word(port, "conf") or ""
+                if mine in conf.splitlines():
+                    return True
+                self.stop()  # another server answers on this port
+                return False
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"ZooKeeper did not serve on port {port} within "
+                                     f"{self.start_timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-n:])
+        except (OSError, TypeError):
+            return "(no log)"
+
+    def stop(self, timeout=10.0):
+        """SIGTERM by PID, SIGKILL if it outlives the deadline."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def _zk_sequence(node):
+    return int(node.rsplit("-", 1)[1])
+
+
+class ZkLock:
+    """The README's ZooKeeper lock recipe, with a kazoo client: one
+    EPHEMERAL_SEQUENTIAL znode /locks/<name>/lock-NNNNNNNNNN per contender
+    (gone when its session ends or expires); the contender with the lowest
+    sequence number holds the lock, a waiting one watches the node just
+    before its own. Tokens: the sequence number, or the creation zxid
+    (czxid) that the create itself returns."""
+
+    def __init__(self, zk, name):
+        self.zk = zk
+        self.dir = f"/locks/{name}"
+        self.path = self.node = self.sequence = self.czxid = None
+
+    def enqueue(self):
+        self.zk.ensure_path(self.dir)
+        self.path, stat = self.zk.create(self.dir + "/lock-", ephemeral=True, sequence=True,
+                                         include_data=True)
+        self.node = self.path.rsplit("/", 1)[1]
+        self.sequence = _zk_sequence(self.node)
+        self.czxid = stat.czxid
+        return self
+
+    def token(self, kind):
+        return {"sequence": self.sequence, "czxid": self.czxid}[kind]
+
+    def _queue(self):
+        nodes = sorted((n for n in self.zk.get_children(self.dir) if n.startswith("lock-")),
+                       key=_zk_sequence)
+        if self.node not in nodes:
+            raise AssertionError(f"{self.path} is gone (session ended): not a contender any more")
+        return nodes
+
+    def holds(self):
+        return self._queue()[0] == self.node
+
+    def wait_held(self, timeout):
+        """Returns once this contender holds the lock, woken by the watch on
+        its predecessor's node; AssertionError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self._queue()
+            i = nodes.index(self.node)
+            if i == 0:
+                return self
+            changed = threading.Event()
+            if self.zk.exists(f"{self.dir}/{nodes[i - 1]}",
+                              watch=lambda _event: changed.set()) is None:
+                continue  # already gone: look again
+            if not changed.wait(max(0.0, deadline - time.monotonic())):
+                raise AssertionError(f"{self.path}: {nodes[i - 1]} still holds the lock or "
+                                     f"waits for it after {timeout}s")
+
+    def acquire(self, timeout):
+        return self.enqueue().wait_held(timeout)
+
+    def release(self):
+        self.zk.delete(self.path)
