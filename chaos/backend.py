@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The chaos run's backend: applies writes per key and keeps the ground truth.
+
+    backend.py --log applied.jsonl [--port 0]
+
+A PUT /objects/<key> is one write. The backend takes a ticket for the key as
+soon as it has read the whole request, applies the writes of one key in
+ticket order (the way a database serialises writes to one row), and appends
+every applied write to the log, fsynced before the response:
+
+    {"key": "k1", "token": 7, "client": "c3", "write": "c3-41", "t": <monotonic>}
+
+`token` is the Fencing-Token header the write arrived with, `client` and
+`write` come from the X-Chaos-Client and X-Chaos-Write headers, and `t` is
+CLOCK_MONOTONIC, which every process on the machine shares, so the checker
+can compare it with the clients' histories.
+
+The nemesis makes the backend slow or stalled through its control endpoint:
+
+    POST /__chaos/delay  {"ms": 150, "for_ms": 2000}
+
+delays every write applied in the next `for_ms` by `ms` (after its ticket is
+taken, so the order of one key's writes never changes). GET /objects/<key>
+returns the last applied value. The first stdout line is the port.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PREFIX = "/objects/"
+
+
+class State:
+    def __init__(self, log_path):
+        self.log = open(log_path, "ab")
+        self.log_lock = threading.Lock()
+        self.cond = threading.Condition()
+        self.next_ticket = {}
+        self.serving = {}
+        self.values = {}
+        self.delay_ms = 0
+        self.delay_until = 0.0
+
+    def ticket(self, key):
+        with self.cond:
+            t = self.next_ticket.get(key, 0)
+            self.next_ticket[key] = t + 1
+            return t
+
+    def wait_turn(self, key, ticket):
+        with self.cond:
+            self.cond.wait_for(lambda: self.serving.get(key, 0) == ticket)
+
+    def done(self, key):
+        with self.cond:
+            self.serving[key] = self.serving.get(key, 0) + 1
+            self.cond.notify_all()
+
+    def current_delay(self):
+        with self.cond:
+            return self.delay_ms / 1000.0 if time.monotonic() < self.delay_until else 0.0
+
+    def apply(self, key, record, body):
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        with self.log_lock:
+            self.log.write(line)
+            self.log.flush()
+            os.fsync(self.log.fileno())
+            self.values[key] = body
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state = None  # set in main
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def reply(self, status, body=b"", ctype="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        data = b""
+        while len(data) < n:
+            chunk = self.rfile.read(n - len(data))
+            if not chunk:
+                return None  # the peer went away mid-body: not a request
+            data += chunk
+        return data
+
+    def do_PUT(self):
+        if not self.path.startswith(PREFIX):
+            return self.reply(404, b'{"error":"not_found"}')
+        key = self.path[len(PREFIX):]
+        body = self.read_body()
+        if body is None:
+            self.close_connection = True
+            return
+        try:
+            token = int(self.headers.get("Fencing-Token", ""))
+        except ValueError:
+            token = None
+        st = self.state
+        ticket = st.ticket(key)
+        try:
+            st.wait_turn(key, ticket)
+            delay = st.current_delay()
+            if delay:
+                time.sleep(delay)  # the nemesis' slow or stalled backend
+            record = {"key": key, "token": token, "client": self.headers.get("X-Chaos-Client"),
+                      "write": self.headers.get("X-Chaos-Write"), "t": time.monotonic()}
+            st.apply(key, record, body)
+        finally:
+            st.done(key)
+        self.reply(200, json.dumps({"applied": record["write"]}).encode())
+
+    def do_GET(self):
+        if self.path.startswith(PREFIX):
+            value = self.state.values.get(self.path[len(PREFIX):])
+            if value is None:
+                return self.reply(404, b'{"error":"not_found"}')
+            return self.reply(200, value, "application/octet-stream")
+        return self.reply(404, b'{"error":"not_found"}')
+
+    def do_POST(self):
+        body = self.read_body() or b"{}"
+        if self.path == "/__chaos/delay":
+            spec = json.loads(body)
+            with self.state.cond:
+                self.state.delay_ms = int(spec["ms"])
+                self.state.delay_until = time.monotonic() + int(spec["for_ms"]) / 1000.0
+            return self.reply(200, b"{}")
+        return self.reply(404, b'{"error":"not_found"}')
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def handle_error(self, request, client_address):
+        pass  # a peer that went away (fencegate gave up or was killed)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--log", required=True, help="the applied-writes log (JSON lines)")
+    args = parser.parse_args()
+    # Python runs signal handlers only in the main thread: block the stop
+    # signals before any thread starts and take them with sigwait.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    Handler.state = State(args.log)
+    server = Server(("127.0.0.1", args.port), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    print(server.server_address[1], flush=True)
+    signal.sigwait(stop_signals)
+    server.shutdown()
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
