@@ -171,6 +171,7 @@ bool ReadLimits(YamlReader& r, const Field& f, LimitsConfig* limits) {
       {"idle_timeout", DurationInto(r, &limits->idle_timeout)},
       {"max_connections", positive(&limits->max_connections)},
       {"drain_timeout", DurationInto(r, &limits->drain_timeout)},
+      {"max_waiting_per_key", positive(&limits->max_waiting_per_key)},
   });
 }
 

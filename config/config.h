@@ -110,6 +110,7 @@ struct LimitsConfig {
   Duration idle_timeout{60000};
   uint64_t max_connections = 10000;
   Duration drain_timeout{10000};  // SIGTERM: longest wait for requests in flight
+  uint64_t max_waiting_per_key = 1024;  // fenced writes queued behind one key; beyond: 503
 
   bool operator==(const LimitsConfig&) const = default;
 };

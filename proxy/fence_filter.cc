@@ -103,6 +103,21 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
       intent.key, executor,
       [this, key = intent.key, token = intent.token, shadow = intent.shadow, executor,
        handler = std::move(handler)](KeyLease lease) mutable {
+        if (!lease.held()) {
+          // Too many writes already wait for this key. Even in shadow mode:
+          // the bound protects fencegate itself, not the fence.
+          FenceVerdict v;
+          v.outcome = "overloaded";
+          Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
+                              "too many writes are waiting for this key (limits."
+                              "max_waiting_per_key = " +
+                                  std::to_string(queue_.max_waiting_per_key()) +
+                                  "); retry later",
+                              {{"key", key}});
+          r.set(http::field::retry_after, "1");
+          v.reply = std::move(r);
+          return handler(std::move(v));  // already on `executor`
+        }
         // The lease travels through the store's thread and back; it is
         // released only when the verdict (and so the exchange) is done.
         auto shared_lease = std::make_shared<KeyLease>(std::move(lease));

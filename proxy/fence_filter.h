@@ -54,7 +54,7 @@ WriteIntent Classify(const FenceSettings& settings, const Router& router,
 struct FenceVerdict {
   bool forward = false;          // true: go on to the upstream while holding `lease`
   std::optional<Reply> reply;    // when !forward: 409 or 503
-  std::string outcome;           // "forwarded" | "stale" | "store_unavailable"
+  std::string outcome;           // "forwarded" | "stale" | "store_unavailable" | "overloaded"
   uint64_t current = 0;          // stored maximum reported by the store
   std::string shadow_violation;  // shadow mode: what would have been refused
   KeyLease lease;                // held until the upstream exchange ends
@@ -67,7 +67,8 @@ class FenceFilter {
   FenceFilter(storage::TokenStore& store, KeyQueue& queue) : store_(store), queue_(queue) {}
 
   // Steps 3-4: waits for the key's turn, then check-and-advance. `handler`
-  // runs on `executor`. In shadow mode the verdict is always forward; a stale
+  // runs on `executor`. When the key's queue is full the verdict is a 503
+  // too_many_waiting (outcome "overloaded") without waiting. In shadow mode the verdict is always forward; a stale
   // token or a store error is reported in shadow_violation instead.
   void Check(const WriteIntent& intent, boost::asio::any_io_executor executor, Handler handler);
 

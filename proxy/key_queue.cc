@@ -27,6 +27,10 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
   {
     std::lock_guard lock(mu_);
     auto [it, inserted] = keys_.try_emplace(key);
+    if (!inserted && it->second.size() >= max_waiting_per_key_) {
+      boost::asio::post(executor, [h = std::move(handler)]() mutable { h(KeyLease()); });
+      return;
+    }
     if (!inserted) {
       it->second.push_back(Waiter{
           boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),

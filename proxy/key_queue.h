@@ -6,6 +6,10 @@
 //
 // Thread-safe. A KeyLease is the right to run the write: releasing it (by
 // destruction or Release()) hands the key to the next waiter.
+//
+// The number of writes that may wait behind one key is bounded (a client
+// must not be able to park unbounded work on a hot key): beyond the bound,
+// Acquire refuses and the handler runs at once with an empty lease.
 
 #include <boost/asio/any_io_executor.hpp>
 #include <atomic>
@@ -13,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -44,10 +49,17 @@ class KeyQueue {
  public:
   using Handler = std::function<void(KeyLease)>;
 
+  explicit KeyQueue(size_t max_waiting_per_key = std::numeric_limits<size_t>::max())
+      : max_waiting_per_key_(max_waiting_per_key) {}
+
   // Runs `handler` with the lease for `key` as soon as no earlier caller
   // holds or waits for it. The handler is always posted to `executor` (never
   // run inside Acquire), so callers may hold their own locks while calling.
+  // When max_waiting_per_key writes already wait for `key`, the handler is
+  // posted at once with an empty lease (!lease.held()): the caller refuses.
   void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler);
+
+  size_t max_waiting_per_key() const { return max_waiting_per_key_; }
 
   // Number of writes waiting behind another write on the same key.
   size_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
@@ -64,6 +76,7 @@ class KeyQueue {
   };
   void Release(const std::string& key);
 
+  const size_t max_waiting_per_key_;
   mutable std::mutex mu_;
   // Present while a lease on the key is held; the deque holds later callers.
   std::unordered_map<std::string, std::deque<Waiter>> keys_;  // guarded by mu_

@@ -36,7 +36,8 @@ std::optional<tcp::endpoint> ToTcp(const config::Endpoint& e, std::string* error
 
 Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore& store,
                std::function<void(const storage::FaultSpec&)> set_faults)
-    : config_(std::move(config)), store_(store), fence_(store, queue_),
+    : config_(std::move(config)), store_(store),
+      queue_(config_->limits.max_waiting_per_key), fence_(store, queue_),
       iocs_([&] {
         std::vector<std::unique_ptr<asio::io_context>> v;
         for (unsigned i = 0; i < ThreadCount(config_->threads); ++i) {

@@ -106,6 +106,41 @@ TEST_F(FenceFilterTest, ForwardedVerdictHoldsTheKey) {
   EXPECT_EQ(queue_.active_keys(), 0u);
 }
 
+TEST_F(FenceFilterTest, FullKeyQueueIs503AtOnceAndTheQueueStillDrains) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  KeyQueue small(1);  // one write may wait behind the one in flight
+  FenceFilter filter(store_, small);
+  boost::asio::io_context ioc;
+  std::vector<FenceVerdict> got;
+  WriteIntent intent = Classify("PUT", "/objects/x", "5");
+  auto run_until = [&](size_t n) {
+    for (int i = 0; i < 1000 && got.size() < n; ++i) {
+      ioc.run_one_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(got.size(), n);
+  };
+  filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { got.push_back(std::move(v)); });
+  run_until(1);  // the first holds the key
+  ASSERT_TRUE(got[0].forward);
+  filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { got.push_back(std::move(v)); });
+  filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { got.push_back(std::move(v)); });
+  run_until(2);  // the third is refused without waiting; the second waits
+  EXPECT_FALSE(got[1].forward);
+  EXPECT_FALSE(got[1].lease.held());
+  EXPECT_EQ(got[1].outcome, "overloaded");
+  EXPECT_EQ(got[1].reply->result(), http::status::service_unavailable);
+  EXPECT_EQ(got[1].reply->at(http::field::retry_after), "1");
+  auto body = nlohmann::json::parse(got[1].reply->body());
+  EXPECT_EQ(body["error"], "too_many_waiting");
+  EXPECT_EQ(body["key"], "/objects/x");
+  EXPECT_EQ(small.waiting(), 1u);
+  got[0].lease.Release();
+  run_until(3);  // the waiting one goes on
+  EXPECT_TRUE(got[2].forward);
+  got[2].lease.Release();
+  EXPECT_EQ(small.active_keys(), 0u);
+}
+
 TEST_F(FenceFilterTest, StoreFailureFailsClosed) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   store_.fail = true;

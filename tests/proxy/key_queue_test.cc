@@ -41,6 +41,40 @@ TEST(KeyQueue, SameKeyRunsOneAtATimeInArrivalOrder) {
   EXPECT_EQ(q.active_keys(), 0u);
 }
 
+TEST(KeyQueue, BeyondTheBoundTheHandlerGetsAnEmptyLeaseAtOnce) {
+  io_context ioc;
+  KeyQueue q(2);
+  std::vector<KeyLease> held;
+  std::vector<int> refused;
+  for (int i = 0; i < 5; ++i) {
+    q.Acquire("k", ioc.get_executor(), [&, i](KeyLease lease) {
+      if (lease.held()) {
+        held.push_back(std::move(lease));
+      } else {
+        refused.push_back(i);
+      }
+    });
+  }
+  ioc.poll();
+  ioc.restart();
+  EXPECT_EQ(held.size(), 1u);                     // 0 runs
+  EXPECT_EQ(q.waiting(), 2u);                     // 1 and 2 wait
+  EXPECT_EQ(refused, (std::vector<int>{3, 4}));   // the rest are refused
+  q.Acquire("other", ioc.get_executor(), [&](KeyLease lease) { held.push_back(std::move(lease)); });
+  ioc.poll();
+  ioc.restart();
+  EXPECT_EQ(held.size(), 2u);  // the bound is per key
+  for (size_t i = 0; i < 4 && !held.empty(); ++i) {
+    KeyLease l = std::move(held.front());
+    held.erase(held.begin());
+    l.Release();
+    ioc.poll();
+    ioc.restart();
+  }
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
 TEST(KeyQueue, DifferentKeysDoNotWait) {
   io_context ioc;
   KeyQueue q;
