@@ -21,6 +21,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "locks/lock_request.h"
 #include "locks/lock_service.h"
 #include "proxy/replies.h"
 
@@ -37,12 +38,6 @@ struct LockContext {
   std::unordered_set<LockSession*> sessions;  // live sessions, closed at shutdown
 };
 
-enum class LockOp { kAcquire, kRenew, kRelease };
-
-// Splits "/v1/locks/<enc-name>/<op>" and decodes the name. false when the
-// target has another shape; *name_ok false when the name is not acceptable.
-bool ParseLockTarget(std::string_view target, std::string* name, LockOp* op, bool* name_ok);
-
 class LockSession : public std::enable_shared_from_this<LockSession> {
  public:
   LockSession(boost::asio::ip::tcp::socket&& socket, LockContext& context);
@@ -54,9 +49,6 @@ class LockSession : public std::enable_shared_from_this<LockSession> {
   void DoRead();
   void OnRead(boost::beast::error_code ec);
   void Handle();
-  void HandleAcquire(const std::string& name, const nlohmann::json& body);
-  void HandleLease(const std::string& name, LockOp op, const nlohmann::json& body);
-  void Answer(const std::string& name, LockOp op, const LockResult& result);
   void Send(proxy::Reply reply);
 
   boost::beast::tcp_stream stream_;

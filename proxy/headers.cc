@@ -142,4 +142,34 @@ bool ExpectsContinue(const http::fields& fields) {
   return it != fields.end() && iequals(it->value(), "100-continue");
 }
 
+void BuildUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
+                          const CanonicalTarget& target, const config::Config& config,
+                          std::string_view client_ip, std::string_view request_id,
+                          UpstreamRequest* out) {
+  const auto& req = parser.get();
+  *out = {};
+  if (req.method() != http::verb::unknown) {
+    out->method(req.method());
+  } else {
+    out->method_string(req.method_string());
+  }
+  std::string path = config.upstream.base_path + target.path;
+  if (target.has_query) path.append("?").append(target.query);
+  out->target(path);
+  out->version(11);
+  CopyEndToEndFields(req.base(), out->base(),
+                     config.fencing.forward_token ? std::string_view{}
+                                                  : std::string_view{config.fencing.token_header});
+  SetForwardingFields(req.base(), out->base(), client_ip, config.forwarding.trusted_hops);
+  out->set("X-Request-Id", request_id);
+  if (out->find(http::field::host) == out->end()) {
+    out->set(http::field::host, config.upstream.host + ":" + std::to_string(config.upstream.port));
+  }
+  if (auto length = parser.content_length()) {
+    out->content_length(*length);
+  } else if (parser.chunked()) {
+    out->chunked(true);
+  }
+}
+
 }  // namespace fencegate::proxy

@@ -4,9 +4,15 @@
 // section 7.6.1) and are dropped. Framing (Content-Length,
 // Transfer-Encoding) is never copied: fencegate re-frames every message.
 
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <string>
 #include <string_view>
+
+#include "config/config.h"
+#include "proxy/canonical_path.h"
 
 namespace fencegate::proxy {
 
@@ -38,5 +44,18 @@ std::string NewRequestId();
 
 // True when the request carries "Expect: 100-continue".
 bool ExpectsContinue(const boost::beast::http::fields& fields);
+
+// The head fencegate sends upstream for the request `parser` has read: its
+// method, `target` (canonical path and raw query) under the upstream base
+// path, HTTP/1.1, the end-to-end fields (the token header only with
+// fencing.forward_token), the forwarding fields, X-Request-Id, a Host when
+// the client sent none, and fencegate's own framing: Content-Length when the
+// client's body had one, else chunked when it was chunked. Replaces *out;
+// its body is left empty for the caller to stream.
+using UpstreamRequest = boost::beast::http::request<boost::beast::http::buffer_body>;
+void BuildUpstreamRequest(
+    const boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser,
+    const CanonicalTarget& target, const config::Config& config, std::string_view client_ip,
+    std::string_view request_id, UpstreamRequest* out);
 
 }  // namespace fencegate::proxy

@@ -151,27 +151,9 @@ void HttpSession::OnReadHeader(ec_t ec) {
     request_id_ = NewRequestId();
   }
 
-  if (std::string problem = CheckRequestHead(req); !problem.empty()) {
-    // Framing is ambiguous: the rest of the stream cannot be trusted either.
-    request_keep_alive_ = false;
-    return SendReply(MakeError(http::status::bad_request, "bad_request", problem), "bad_request");
-  }
-  std::string_view target = req.target();
-  std::string origin;
-  if (!target.empty() && target.front() != '/' && target != "*") {
-    auto host = req.find(http::field::host);
-    std::string problem = AbsoluteToOrigin(
-        target, host == req.end() ? std::string_view{} : std::string_view(host->value()),
-        &origin);
-    if (!problem.empty()) {
-      request_keep_alive_ = false;
-      return SendReply(MakeError(http::status::bad_request, "bad_path", problem), "bad_request");
-    }
-    target = origin;
-  }
-  PathError perr = CanonicalizeTarget(target, &target_);
-  if (perr != PathError::kNone) {
-    return SendReply(MakeError(http::status::bad_request, "bad_path", PathErrorMessage(perr)),
+  if (HeadProblem problem = CheckHead(req, &target_); !problem.ok()) {
+    if (problem.close) request_keep_alive_ = false;
+    return SendReply(MakeError(http::status::bad_request, problem.code, problem.message),
                      "bad_request");
   }
   intent_ = Classify(ctx_.fence_settings, *ctx_.router, req.method_string(), target_.path,
@@ -276,32 +258,8 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
   upstream_reused_ = reused;
   up_buffer_.clear();
 
-  auto& req = req_parser_->get();
-  up_req_ = {};
-  if (req.method() != http::verb::unknown) {
-    up_req_.method(req.method());
-  } else {
-    up_req_.method_string(req.method_string());
-  }
-  std::string target = config_.upstream.base_path + target_.path;
-  if (target_.has_query) target.append("?").append(target_.query);
-  up_req_.target(target);
-  up_req_.version(11);
-  CopyEndToEndFields(req.base(), up_req_.base(),
-                     config_.fencing.forward_token ? std::string_view{}
-                                                   : std::string_view{config_.fencing.token_header});
-  SetForwardingFields(req.base(), up_req_.base(), client_ip_, config_.forwarding.trusted_hops);
-  up_req_.set("X-Request-Id", request_id_);
-  if (up_req_.find(http::field::host) == up_req_.end()) {
-    up_req_.set(http::field::host,
-                config_.upstream.host + ":" + std::to_string(config_.upstream.port));
-  }
-  if (auto length = req_parser_->content_length()) {
-    up_req_.content_length(*length);
-  } else if (req_parser_->chunked()) {
-    up_req_.chunked(true);
-  }
-  expect_continue_ = ExpectsContinue(req.base()) && !req_parser_->is_done();
+  BuildUpstreamRequest(*req_parser_, target_, config_, client_ip_, request_id_, &up_req_);
+  expect_continue_ = ExpectsContinue(req_parser_->get().base()) && !req_parser_->is_done();
   up_req_.body().data = nullptr;
   up_req_.body().size = 0;
   up_req_.body().more = !req_parser_->is_done();

@@ -85,4 +85,23 @@ std::string AbsoluteToOrigin(std::string_view target, std::string_view host,
   return "";
 }
 
+HeadProblem CheckHead(const http::request_header<>& req, CanonicalTarget* target) {
+  if (std::string problem = CheckRequestHead(req); !problem.empty()) {
+    // Framing is ambiguous: the rest of the stream cannot be trusted either.
+    return HeadProblem{"bad_request", std::move(problem), true};
+  }
+  std::string_view path = req.target();
+  std::string origin;
+  if (!path.empty() && path.front() != '/' && path != "*") {
+    auto host = req.find(http::field::host);
+    std::string problem = AbsoluteToOrigin(
+        path, host == req.end() ? std::string_view{} : std::string_view(host->value()), &origin);
+    if (!problem.empty()) return HeadProblem{"bad_path", std::move(problem), true};
+    path = origin;
+  }
+  PathError perr = CanonicalizeTarget(path, target);
+  if (perr != PathError::kNone) return HeadProblem{"bad_path", PathErrorMessage(perr), false};
+  return HeadProblem{};
+}
+
 }  // namespace fencegate::proxy

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/canonical_path.h"
+
 namespace fencegate::proxy {
 
 // "" when the head is acceptable, else what is wrong (for the 400 body).
@@ -25,5 +27,20 @@ std::string CheckRequestHead(const boost::beast::http::request_header<>& req);
 // (another host, another scheme, malformed).
 std::string AbsoluteToOrigin(std::string_view target, std::string_view host,
                              std::string* origin);
+
+// What CheckHead found wrong with a head; ok() when it may go on to routing.
+struct HeadProblem {
+  std::string code;     // the 400's error code: "bad_request" (framing) or "bad_path"
+  std::string message;  // for the 400 body
+  bool close = false;   // the framing or target is ambiguous: close after the 400
+  bool ok() const { return code.empty(); }
+};
+
+// Everything the session checks on a head Beast has parsed, before routing,
+// in this order: framing (CheckRequestHead), an absolute-form target
+// (AbsoluteToOrigin against Host; "*" and origin-form are left alone), then
+// the canonical path (CanonicalizeTarget). On success fills *target; on a
+// problem *target is left untouched.
+HeadProblem CheckHead(const boost::beast::http::request_header<>& req, CanonicalTarget* target);
 
 }  // namespace fencegate::proxy
