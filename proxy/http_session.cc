@@ -579,7 +579,7 @@ void HttpSession::AccessLog() {
   if (upstream_started_ != Clock::time_point{} && upstream_ended_ >= upstream_started_) {
     line["upstream_ms"] = Millis(upstream_ended_ - upstream_started_);
   }
-  spdlog::get("access")->info(line.dump());
+  spdlog::get("access")->info(DumpJson(line));  // the key may hold any header bytes
 }
 
 }  // namespace fencegate::proxy

@@ -2,11 +2,15 @@
 
 namespace fencegate::proxy {
 
+std::string DumpJson(const nlohmann::json& value) {
+  return value.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+}
+
 Reply MakeJson(http::status status, const nlohmann::json& body) {
   Reply reply{status, 11};
   reply.set(http::field::content_type, "application/json");
   reply.set(http::field::cache_control, "no-store");
-  reply.body() = body.dump();
+  reply.body() = DumpJson(body);
   reply.body().push_back('\n');
   reply.prepare_payload();
   return reply;

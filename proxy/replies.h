@@ -15,6 +15,12 @@ namespace fencegate::proxy {
 namespace http = boost::beast::http;
 using Reply = http::response<http::string_body>;
 
+// The JSON text of `value`, for replies and log lines. Strings that are not
+// valid UTF-8 (header values, lock names and targets are bytes a client
+// chose) get U+FFFD in place of each bad byte: nlohmann's default is to
+// throw, and an exception out of an I/O handler ends the process.
+std::string DumpJson(const nlohmann::json& value);
+
 // status + error code + message, plus any extra fields merged into the body.
 Reply MakeError(http::status status, std::string_view code, std::string_view message,
                 const nlohmann::json& extra = nlohmann::json::object());

@@ -7,6 +7,8 @@
 namespace fencegate::locks {
 namespace {
 
+namespace http = proxy::http;
+
 struct Parsed {
   bool matched = false;
   bool name_ok = false;
@@ -58,6 +60,60 @@ TEST(LockTargetTest, StoreKeysCannotMeetProxyKeys) {
   ASSERT_EQ(key.size(), 13u);
   EXPECT_EQ(key[0], '\0');
   EXPECT_EQ(key.substr(1), "locks/orders");
+}
+
+LockRequest Post(std::string target, std::string body) {
+  LockRequest req{http::verb::post, target, 11};
+  req.body() = std::move(body);
+  req.prepare_payload();
+  return req;
+}
+
+nlohmann::json Body(const proxy::Reply& reply) {
+  auto body = nlohmann::json::parse(reply.body(), nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(body.is_object()) << reply.body();
+  return body;
+}
+
+TEST(LockRequestTest, DecodesAcquireAndLease) {
+  proxy::Reply refusal;
+  auto call = DecodeLockRequest(
+      Post("/v1/locks/a%20b/acquire", R"({"ttl": "1m30s", "wait": "5s"})"), Duration{300000},
+      &refusal);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->name, "a b");
+  EXPECT_EQ(call->op, LockOp::kAcquire);
+  EXPECT_EQ(call->ttl, Duration{90000});
+  EXPECT_EQ(call->wait, Duration{5000});
+  call = DecodeLockRequest(Post("/v1/locks/a/release", R"({"lease": "42"})"), Duration{1000},
+                           &refusal);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->lease, 42u);
+  EXPECT_FALSE(DecodeLockRequest(Post("/v1/locks/a/acquire", R"({"ttl": "2s"})"), Duration{1000},
+                                 &refusal));
+  EXPECT_EQ(Body(refusal)["error"], "ttl_too_long");
+}
+
+// Found by fuzz_lock_request: a target or lock name that is not UTF-8 made
+// nlohmann::json throw while building the reply, out of the lock listener's
+// I/O thread, which ended the process.
+TEST(LockRequestTest, NonUtf8TargetAndNameGiveJsonReplies) {
+  proxy::Reply refusal;
+  ASSERT_FALSE(DecodeLockRequest(Post("/v1/locks/orders/ac\xA8quire", "{}"), Duration{1000},
+                                 &refusal));
+  EXPECT_EQ(refusal.result(), http::status::not_found);
+  EXPECT_EQ(Body(refusal)["error"], "not_found");
+
+  auto call = DecodeLockRequest(Post("/v1/locks/caf%C3%A9%FF/release", R"({"lease": 1})"),
+                                Duration{1000}, &refusal);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->name, "caf\xC3\xA9\xFF");
+  for (LockError e : {LockError::kHeld, LockError::kUnknownLease, LockError::kLeaseExpired,
+                      LockError::kShuttingDown}) {
+    proxy::Reply reply;
+    ASSERT_NO_THROW(reply = LockReply(call->name, call->op, LockResult::Fail(e)));
+    EXPECT_EQ(Body(reply)["lock"], "caf\xC3\xA9\xEF\xBF\xBD");
+  }
 }
 
 }  // namespace
