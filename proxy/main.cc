@@ -246,7 +246,12 @@ int main(int argc, char** argv) {
     return kExitConfig;
   }
   if (check) {
-    std::cout << "configuration OK: " << config_path << "\n";
+    auto listener = [](const std::optional<config::Endpoint>& e) {
+      return e ? e->ToString() : std::string("off");
+    };
+    std::cout << "configuration OK: " << config_path << " (proxy " << cfg->endpoint.ToString()
+              << ", admin " << listener(cfg->admin.endpoint) << ", locks "
+              << listener(cfg->locks.endpoint) << ", upstream " << cfg->upstream.url << ")\n";
     return kExitOk;
   }
   if (export_cmd->parsed()) return RunExport(*cfg, export_output);
