@@ -14,7 +14,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <atomic>
 #include <cstddef>
-#include <deque>
+#include <list>
 #include <functional>
 #include <memory>
 #include <limits>
@@ -78,8 +78,10 @@ class KeyQueue {
 
   const size_t max_waiting_per_key_;
   mutable std::mutex mu_;
-  // Present while a lease on the key is held; the deque holds later callers.
-  std::unordered_map<std::string, std::deque<Waiter>> keys_;  // guarded by mu_
+  // Present while a lease on the key is held; the list holds later callers.
+  // A list, not a deque: an empty std::list allocates nothing, and most
+  // keys never have a waiter (libstdc++'s deque allocates on construction).
+  std::unordered_map<std::string, std::list<Waiter>> keys_;  // guarded by mu_
   std::atomic<size_t> waiting_{0};
 };
 

@@ -1,6 +1,7 @@
 // Micro-benchmarks of the per-request logic on the hot path: token parsing,
-// canonical paths, key templates and routing (proxy/token.h,
-// proxy/canonical_path.h, proxy/router.h). No sockets, no store.
+// canonical paths, key templates, routing and the per-key queue
+// (proxy/token.h, proxy/canonical_path.h, proxy/router.h, proxy/key_queue.h).
+// No sockets, no store.
 //
 //   build-dir/bench/micro/proxy_logic_bench [--benchmark_filter=Route]
 
@@ -10,7 +11,10 @@
 #include <vector>
 
 #include "config/config.h"
+#include <boost/asio/io_context.hpp>
+
 #include "proxy/canonical_path.h"
+#include "proxy/key_queue.h"
 #include "proxy/router.h"
 #include "proxy/token.h"
 
@@ -116,6 +120,21 @@ void BM_RouterMatchRegexAfterTen(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RouterMatchRegexAfterTen);
+
+// One fenced write's trip through the per-key queue with no contention:
+// Acquire, the posted handler, Release. Every fenced write pays this.
+void BM_KeyQueueUncontended(benchmark::State& state) {
+  boost::asio::io_context ioc(1);
+  proxy::KeyQueue queue;
+  const std::string key = "/objects/t0/k1234";
+  for (auto _ : state) {
+    queue.Acquire(key, ioc.get_executor(),
+                  [](proxy::KeyLease lease) { benchmark::DoNotOptimize(lease); });
+    ioc.poll();
+    ioc.restart();
+  }
+}
+BENCHMARK(BM_KeyQueueUncontended);
 
 }  // namespace
 
