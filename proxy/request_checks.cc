@@ -55,11 +55,11 @@ std::string CheckRequestHead(const http::request_header<>& req) {
       if (iequals(codings[i], "chunked")) return "chunked may be applied only once";
     }
   }
-  if (req.version() >= 11) {
-    size_t hosts = Count(req, http::field::host);
-    if (hosts == 0) return "HTTP/1.1 requires a Host header";
-    if (hosts > 1) return "more than one Host header";
-  }
+  // RFC 9112 3.2: more than one Host is an error in any request (it would
+  // reach the backend as HTTP/1.1); only HTTP/1.1 must send one.
+  size_t hosts = Count(req, http::field::host);
+  if (hosts > 1) return "more than one Host header";
+  if (hosts == 0 && req.version() >= 11) return "HTTP/1.1 requires a Host header";
   if (auto host = req.find(http::field::host); host != req.end()) {
     // uri-host [ ":" port ]: no whitespace (a folded line would add some).
     std::string_view v = host->value();

@@ -17,7 +17,7 @@ namespace fencegate::proxy {
 // Refuses: Transfer-Encoding on HTTP/1.0; Transfer-Encoding with
 // Content-Length; a last transfer coding other than chunked, or chunked
 // twice; more than one Content-Length (even equal); an empty or non-numeric
-// Content-Length; on HTTP/1.1 a missing or repeated Host; a Host with
+// Content-Length; more than one Host, or on HTTP/1.1 none; a Host with
 // whitespace or a comma (obs-fold into Host); NUL, CR or LF in any field value.
 std::string CheckRequestHead(const boost::beast::http::request_header<>& req);
 
