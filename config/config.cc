@@ -77,6 +77,12 @@ bool ReadUpstreamUrl(YamlReader& r, const Field& f, UpstreamConfig* up) {
     port = probe->port;
   }
   std::string base_path(url.encoded_path());
+  // Boost.URL 1.81 takes "http://h:80x" as port 80 and path "x"; RFC 3986
+  // wants the path after an authority to be empty or to start with '/'.
+  if (!base_path.empty() && base_path.front() != '/') {
+    return r.Fail(f, "'" + text + "' is not a URL: after the host and port, the path must start "
+                  "with '/'", kExpected);
+  }
   while (!base_path.empty() && base_path.back() == '/') base_path.pop_back();
 
   up->url = std::move(text);

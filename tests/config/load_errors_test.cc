@@ -129,6 +129,16 @@ TEST(LoadErrorsTest, UpstreamUrlParts) {
   EXPECT_TRUE(FailsAt("upstream:\n  url: http://h:70000/\n", 2, "upstream.url", "port '70000'"));
 }
 
+// Found by fuzz_config: Boost.URL 1.81 parses "http://h:9)00" as port 9 and
+// path ")00", which became the base path: "--check" said OK and every
+// forwarded request line would have been ")00/objects/a".
+TEST(LoadErrorsTest, UpstreamUrlPathMustStartWithSlash) {
+  EXPECT_TRUE(FailsAt("upstream:\n  url: \"http://127.0.0.1:9)00\"\n", 2, "upstream.url",
+                      "the path must start with '/'"));
+  EXPECT_TRUE(FailsAt("upstream:\n  url: http://h:8080x/api\n", 2, "upstream.url",
+                      "the path must start with '/'"));
+}
+
 TEST(LoadErrorsTest, UnparseableListenAddresses) {
   EXPECT_TRUE(
       FailsAt(WithUpstream("listen: \"8080\"\n"), 2, "listen", "'8080' is not a listen address"));
