@@ -108,23 +108,30 @@ TEST_F(FenceFilterTest, ForwardedVerdictHoldsTheKey) {
 
 TEST_F(FenceFilterTest, FullKeyQueueIs503AtOnceAndTheQueueStillDrains) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
-  KeyQueue small(1);  // one write may wait behind the one in flight
-  FenceFilter filter(store_, small);
+  // Declared in this order so that they are destroyed the other way round:
+  // the store joins its threads (which still hold executors of `ioc`)
+  // before `ioc` goes.
   boost::asio::io_context ioc;
+  testing::FakeStore store;
+  KeyQueue small(1);  // one write may wait behind the one in flight
+  FenceFilter filter(store, small);
+  // The store answers from its own thread: keep the io_context from running
+  // out of work (and stopping) between verdicts.
+  auto guard = boost::asio::make_work_guard(ioc);
   std::vector<FenceVerdict> got;
   WriteIntent intent = Classify("PUT", "/objects/x", "5");
   auto run_until = [&](size_t n) {
     for (int i = 0; i < 1000 && got.size() < n; ++i) {
       ioc.run_one_for(std::chrono::milliseconds(10));
     }
-    ASSERT_EQ(got.size(), n);
+    return got.size() == n;
   };
   filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { got.push_back(std::move(v)); });
-  run_until(1);  // the first holds the key
+  ASSERT_TRUE(run_until(1));  // the first holds the key
   ASSERT_TRUE(got[0].forward);
   filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { got.push_back(std::move(v)); });
   filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { got.push_back(std::move(v)); });
-  run_until(2);  // the third is refused without waiting; the second waits
+  ASSERT_TRUE(run_until(2));  // the third is refused without waiting; the second waits
   EXPECT_FALSE(got[1].forward);
   EXPECT_FALSE(got[1].lease.held());
   EXPECT_EQ(got[1].outcome, "overloaded");
@@ -135,7 +142,7 @@ TEST_F(FenceFilterTest, FullKeyQueueIs503AtOnceAndTheQueueStillDrains) {
   EXPECT_EQ(body["key"], "/objects/x");
   EXPECT_EQ(small.waiting(), 1u);
   got[0].lease.Release();
-  run_until(3);  // the waiting one goes on
+  ASSERT_TRUE(run_until(3));  // the waiting one goes on
   EXPECT_TRUE(got[2].forward);
   got[2].lease.Release();
   EXPECT_EQ(small.active_keys(), 0u);
