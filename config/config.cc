@@ -4,6 +4,7 @@
 
 #include "config/config.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <boost/url/parse.hpp>
@@ -286,11 +287,54 @@ void DeriveDefaults(Config* c) {
   c->locks.endpoint = c->locks.listen.empty() ? std::nullopt : ParseEndpoint(c->locks.listen);
 }
 
+// Walks the documents of `yaml` without building them. yaml-cpp 0.7's
+// YAML::LoadAll never returns on a token that cannot start a node, such as a
+// stray ',': it emits the same empty document again and again, allocating
+// until the process is killed (yaml-cpp issue #1040, fixed in 0.8). Such a
+// document starts where the previous one did; returns its mark, or nullopt
+// when every document moves on. Throws YAML::Exception on syntax errors.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> stuck;
+  std::optional<YAML::Mark> last;
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (last && last->pos == mark.pos) stuck = mark;
+    last = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+std::optional<YAML::Mark> StuckDocument(const std::string& yaml) {
+  std::istringstream in(yaml);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (!starts.stuck && parser.HandleNextDocument(starts)) {
+  }
+  return starts.stuck;
+}
+
 LoadResult LoadChecked(std::string_view yaml, const std::string& name) {
   YamlReader reader(name);
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(std::string(yaml));
+    const std::string text(yaml);
+    if (std::optional<YAML::Mark> stuck = StuckDocument(text)) {
+      const size_t pos = static_cast<size_t>(stuck->pos);
+      std::string what = pos < text.size() ? "'" + text.substr(pos, 1) + "'" : "end of file";
+      reader.FailDocument(stuck->line + 1, "YAML syntax error: unexpected " + what);
+      return ConfigError{reader.error()};
+    }
+    docs = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     reader.FailDocument(e.mark.line >= 0 ? e.mark.line + 1 : 1, "YAML syntax error: " + e.msg);
     return ConfigError{reader.error()};
