@@ -54,7 +54,8 @@ TEST(Replies, TokenRequiredForAHeaderKeyWithNonUtf8ValueIsJson) {
   ASSERT_EQ(intent.kind, WriteIntent::Kind::kReject);
   ASSERT_TRUE(intent.reply);
   EXPECT_EQ(intent.reply->result(), http::status::precondition_required);
-  EXPECT_EQ(Body(*intent.reply)["key"], "caf\xC3\xA9" + std::string(kReplacement) + ":/documents/d");
+  EXPECT_EQ(Body(*intent.reply)["key"],
+            "caf\xC3\xA9" + std::string(kReplacement) + ":/documents/d");
 }
 
 }  // namespace
