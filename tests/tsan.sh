@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The concurrency tests under ThreadSanitizer: the token store (group
+# commit, reader thread, reopen), the per-key queue and fence filter, the
+# upstream pool and sessions (proxy_tests), and the lock service. tests/run.sh
+# calls this after ctest (FENCEGATE_SKIP_TSAN=1 skips it).
+#
+#   bash tests/tsan.sh            # build (TSan, only these targets) and run once
+#   TSAN_REPEAT=20 bash tests/tsan.sh
+#
+# Any ThreadSanitizer report fails it (halt_on_error); there are no
+# suppressions.
+#
+# Environment:
+#   FENCEGATE_TSAN_BUILD_DIR  build directory (default build-tsan/ at the repo root)
+#   TSAN_REPEAT               --gtest_repeat for each binary (default 1)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${FENCEGATE_TSAN_BUILD_DIR:-$ROOT/build-tsan}"
+TARGETS=(storage_tests proxy_tests locks_tests)
+
+start=$(date +%s)
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DFENCEGATE_SANITIZE=thread -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
+cmake --build "$BUILD" --target "${TARGETS[@]}"
+built=$(date +%s)
+
+failed=0
+for t in "${TARGETS[@]}"; do
+  bin="$(find "$BUILD/tests" -type f -name "$t" -perm -u+x | head -n 1)"
+  if [[ -z "$bin" ]]; then
+    echo "tsan: $t was not built" >&2
+    failed=1
+    continue
+  fi
+  log="$BUILD/$t.tsan.log"
+  if TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+     "$bin" --gtest_brief=1 --gtest_repeat="${TSAN_REPEAT:-1}" >"$log" 2>&1; then
+    echo "tsan: $t passed, 0 reports"
+  else
+    echo "tsan: $t FAILED (see $log):" >&2
+    tail -n 60 "$log" >&2
+    failed=1
+  fi
+done
+echo "tsan: build $((built - start)) s, tests $(( $(date +%s) - built )) s"
+exit "$failed"
