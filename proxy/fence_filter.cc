@@ -104,8 +104,8 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
       [this, key = intent.key, token = intent.token, shadow = intent.shadow, executor,
        handler = std::move(handler)](KeyLease lease) mutable {
         if (!lease.held()) {
-          // Too many writes already wait for this key. Even in shadow mode:
-          // the bound protects fencegate itself, not the fence.
+          // Too many writes already wait for this key (enforce mode only:
+          // shadow mode never refuses, SPEC 5, so its writes always queue).
           FenceVerdict v;
           v.outcome = "overloaded";
           Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
@@ -150,7 +150,8 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
               boost::asio::post(executor, [handler = std::move(handler),
                                            v = std::move(v)]() mutable { handler(std::move(v)); });
             });
-      });
+      },
+      /*bounded=*/!intent.shadow);
 }
 
 }  // namespace fencegate::proxy

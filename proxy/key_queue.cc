@@ -23,11 +23,11 @@ void KeyLease::Release() {
 }
 
 void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor executor,
-                       Handler handler) {
+                       Handler handler, bool bounded) {
   {
     std::lock_guard lock(mu_);
     auto [it, inserted] = keys_.try_emplace(key);
-    if (!inserted && it->second.size() >= max_waiting_per_key_) {
+    if (!inserted && bounded && it->second.size() >= max_waiting_per_key_) {
       boost::asio::post(executor, [h = std::move(handler)]() mutable { h(KeyLease()); });
       return;
     }

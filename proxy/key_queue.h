@@ -55,9 +55,12 @@ class KeyQueue {
   // Runs `handler` with the lease for `key` as soon as no earlier caller
   // holds or waits for it. The handler is always posted to `executor` (never
   // run inside Acquire), so callers may hold their own locks while calling.
-  // When max_waiting_per_key writes already wait for `key`, the handler is
-  // posted at once with an empty lease (!lease.held()): the caller refuses.
-  void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler);
+  // When `bounded` and max_waiting_per_key writes already wait for `key`,
+  // the handler is posted at once with an empty lease (!lease.held()): the
+  // caller refuses. Unbounded callers (shadow mode, which never refuses)
+  // always queue.
+  void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler,
+               bool bounded = true);
 
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }
 

@@ -148,6 +148,30 @@ TEST_F(FenceFilterTest, FullKeyQueueIs503AtOnceAndTheQueueStillDrains) {
   EXPECT_EQ(small.active_keys(), 0u);
 }
 
+TEST_F(FenceFilterTest, ShadowModeNeverRefusesAFullKeyQueue) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kShadow)});
+  boost::asio::io_context ioc;  // see the test above for this order
+  testing::FakeStore store;
+  KeyQueue small(1);
+  FenceFilter filter(store, small);
+  auto guard = boost::asio::make_work_guard(ioc);
+  std::vector<FenceVerdict> got;
+  WriteIntent intent = Classify("PUT", "/objects/x", "5");
+  ASSERT_TRUE(intent.shadow);
+  for (int i = 0; i < 3; ++i) {
+    filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { got.push_back(std::move(v)); });
+  }
+  for (size_t done = 1; done <= 3; ++done) {
+    for (int i = 0; i < 1000 && got.size() < done; ++i) {
+      ioc.run_one_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(got.size(), done);
+    EXPECT_TRUE(got.back().forward) << got.back().outcome;  // queued, never refused
+    got.back().lease.Release();
+  }
+  EXPECT_EQ(small.active_keys(), 0u);
+}
+
 TEST_F(FenceFilterTest, StoreFailureFailsClosed) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   store_.fail = true;
