@@ -29,6 +29,7 @@ void LockSession::Close() {
 
 void LockSession::DoRead() {
   parser_.emplace();
+  head_request_ = false;
   parser_->header_limit(static_cast<uint32_t>(ctx_.max_header_bytes));
   parser_->body_limit(kMaxLockBodyBytes);
   stream_.expires_after(ctx_.header_timeout);
@@ -49,6 +50,7 @@ void LockSession::OnRead(beast::error_code ec) {
                           "malformed request: " + ec.message()));
   }
   keep_alive_ = parser_->get().keep_alive();
+  head_request_ = parser_->get().method() == http::verb::head;
   // No deadline while an acquire waits: the wait is bounded by max_ttl.
   stream_.expires_never();
   Handle();
@@ -76,14 +78,16 @@ void LockSession::Send(proxy::Reply reply) {
     r.keep_alive(self->keep_alive_);
     self->reply_ = std::move(r);
     self->stream_.expires_after(self->ctx_.header_timeout);
-    http::async_write(self->stream_, self->reply_, [self](beast::error_code ec, size_t) {
-      if (ec || !self->keep_alive_) {
-        beast::error_code ignored;
-        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        return;
-      }
-      self->DoRead();
-    });
+    proxy::AsyncWriteReply(self->stream_, self->reply_, self->serializer_, self->head_request_,
+                           [self](beast::error_code ec, size_t) {
+                             if (ec || !self->keep_alive_) {
+                               beast::error_code ignored;
+                               self->stream_.socket().shutdown(tcp::socket::shutdown_send,
+                                                               ignored);
+                               return;
+                             }
+                             self->DoRead();
+                           });
   });
 }
 

@@ -56,7 +56,9 @@ class LockSession : public std::enable_shared_from_this<LockSession> {
   boost::beast::flat_buffer buffer_;
   std::optional<proxy::http::request_parser<proxy::http::string_body>> parser_;
   proxy::Reply reply_;
+  std::optional<proxy::ReplySerializer> serializer_;
   bool keep_alive_ = false;
+  bool head_request_ = false;  // the request being answered is a HEAD
 };
 
 }  // namespace fencegate::locks

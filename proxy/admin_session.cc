@@ -4,9 +4,8 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/url/pct_string_view.hpp>
 
-#include "proxy/token.h"
+#include "proxy/admin_request.h"
 
 namespace fencegate::proxy {
 
@@ -17,41 +16,8 @@ using nlohmann::json;
 
 namespace {
 constexpr std::string_view kKeysPrefix = "/v1/keys/";
-constexpr std::string_view kFenceSuffix = "/fence";
 constexpr size_t kMaxAdminBody = 64 * 1024;
 }  // namespace
-
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  // Length is not secret-dependent in a way we can hide cheaply; compare all
-  // bytes of the longer input so timing depends on lengths only.
-  size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
-
-bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence) {
-  if (target.substr(0, kKeysPrefix.size()) != kKeysPrefix) return false;
-  std::string_view rest = target.substr(kKeysPrefix.size());
-  *fence = false;
-  if (rest.size() > kFenceSuffix.size() &&
-      rest.substr(rest.size() - kFenceSuffix.size()) == kFenceSuffix) {
-    rest.remove_suffix(kFenceSuffix.size());
-    *fence = true;
-  }
-  if (rest.empty() || rest.find('/') != std::string_view::npos ||
-      rest.find('?') != std::string_view::npos) {
-    return false;
-  }
-  auto pct = boost::urls::make_pct_string_view(rest);
-  if (!pct) return false;
-  *key = pct->decode();
-  return !key->empty();
-}
 
 AdminSession::AdminSession(tcp::socket&& socket, AdminContext& context)
     : stream_(std::move(socket)), ctx_(context) {}
@@ -70,6 +36,7 @@ void AdminSession::Close() {
 
 void AdminSession::DoRead() {
   parser_.emplace();
+  head_request_ = false;
   parser_->header_limit(static_cast<uint32_t>(ctx_.config->limits.max_header_bytes));
   parser_->body_limit(kMaxAdminBody);
   stream_.expires_after(ctx_.config->limits.header_timeout);
@@ -90,6 +57,7 @@ void AdminSession::OnRead(beast::error_code ec) {
                           "malformed admin request: " + ec.message()));
   }
   keep_alive_ = parser_->get().keep_alive();
+  head_request_ = parser_->get().method() == http::verb::head;
   Handle();
 }
 
@@ -125,10 +93,7 @@ bool AdminSession::Authorized() {
   }
   const auto& req = parser_->get();
   auto it = req.find(http::field::authorization);
-  std::string_view value = it == req.end() ? std::string_view{} : std::string_view(it->value());
-  constexpr std::string_view kBearer = "Bearer ";
-  bool ok = value.size() > kBearer.size() && beast::iequals(value.substr(0, kBearer.size()), kBearer) &&
-            ConstantTimeEquals(value.substr(kBearer.size()), token);
+  bool ok = it != req.end() && BearerMatches(it->value(), token);
   if (!ok) {
     Reply r = MakeError(http::status::unauthorized, "unauthorized",
                         "admin writes need the header Authorization: Bearer <admin.token>");
@@ -160,17 +125,7 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
     return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use POST"));
   }
   if (!Authorized()) return;
-  json body = json::parse(req.body(), nullptr, /*allow_exceptions=*/false);
-  std::optional<uint64_t> token;
-  if (body.is_object() && body.contains("token")) {
-    const json& t = body["token"];
-    if (t.is_number_unsigned()) {
-      token = t.get<uint64_t>();
-    } else if (t.is_string()) {
-      TokenParse p = ParseTokenValue(t.get_ref<const std::string&>());
-      if (p.status == TokenStatus::kOk) token = p.value;
-    }
-  }
+  std::optional<uint64_t> token = ParseFenceBody(req.body());
   if (!token) {
     return Send(MakeError(http::status::bad_request, "bad_token",
                           "body must be {\"token\": N} with N an unsigned 64-bit integer"));
@@ -238,14 +193,16 @@ void AdminSession::Send(Reply reply) {
   asio::post(stream_.get_executor(), [self = shared_from_this(), r = std::move(reply)]() mutable {
     r.keep_alive(self->keep_alive_);
     self->reply_ = std::move(r);
-    http::async_write(self->stream_, self->reply_, [self](beast::error_code ec, size_t) {
+    auto on_written = [self](beast::error_code ec, size_t) {
       if (ec || !self->keep_alive_) {
         beast::error_code ignored;
         self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
         return;
       }
       self->DoRead();
-    });
+    };
+    AsyncWriteReply(self->stream_, self->reply_, self->serializer_, self->head_request_,
+                    on_written);
   });
 }
 

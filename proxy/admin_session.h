@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 #include "config/config.h"
+#include "proxy/admin_request.h"
 #include "proxy/replies.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/token_store.h"
@@ -58,16 +59,9 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   Reply reply_;
+  std::optional<ReplySerializer> serializer_;
   bool keep_alive_ = false;
+  bool head_request_ = false;  // the request being answered is a HEAD
 };
-
-// Splits "/v1/keys/<enc>" or "/v1/keys/<enc>/fence" and percent-decodes the
-// key. Returns false when the target is not of that shape or not valid
-// percent-encoding.
-bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence);
-
-// Compares without an early exit, so the time taken does not reveal how
-// much of a secret matched.
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
 }  // namespace fencegate::proxy

@@ -172,4 +172,39 @@ void BuildUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
   }
 }
 
+bool BodilessStatus(unsigned status) {
+  return status / 100 == 1 || status == 204 || status == 304;
+}
+
+DownstreamFraming BuildDownstreamResponse(const http::response_parser<http::buffer_body>& parser,
+                                          bool head_request, bool client_http11,
+                                          bool keep_alive, DownstreamResponse* out) {
+  const auto& res = parser.get();
+  DownstreamFraming framing;
+  *out = {};
+  out->result(res.result_int());
+  out->reason(res.reason());
+  out->version(client_http11 ? 11 : 10);
+  CopyEndToEndFields(res.base(), out->base());
+  if (head_request || BodilessStatus(res.result_int())) {
+    if (auto length = res.find(http::field::content_length); length != res.end()) {
+      out->set(http::field::content_length, length->value());
+    }
+  } else if (auto length = parser.content_length()) {
+    out->content_length(*length);
+  } else {
+    // Chunked or delimited by EOF upstream: chunk it for HTTP/1.1 clients,
+    // delimit by close for HTTP/1.0 ones.
+    framing.close_delimited = !parser.chunked();
+    if (client_http11) {
+      out->chunked(true);
+    } else {
+      keep_alive = false;
+    }
+  }
+  out->keep_alive(keep_alive);
+  framing.keep_alive = keep_alive;
+  return framing;
+}
+
 }  // namespace fencegate::proxy

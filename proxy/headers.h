@@ -58,4 +58,26 @@ void BuildUpstreamRequest(
     const CanonicalTarget& target, const config::Config& config, std::string_view client_ip,
     std::string_view request_id, UpstreamRequest* out);
 
+// True for the statuses that never have a body: 1xx, 204 and 304.
+bool BodilessStatus(unsigned status);
+
+// How the response to the client is delimited.
+struct DownstreamFraming {
+  bool keep_alive = false;       // the client connection stays open afterwards
+  bool close_delimited = false;  // the upstream body ends at EOF (no length, not chunked)
+};
+
+// The head fencegate sends the client for the final upstream response that
+// `parser` has read the head of: the same status and reason, HTTP/1.1 for
+// HTTP/1.1 clients else HTTP/1.0, the end-to-end fields, and fencegate's own
+// framing: the upstream Content-Length (copied as is for a HEAD request or a
+// bodiless status), else chunked for HTTP/1.1 clients, else delimited by
+// closing the connection. `keep_alive` is what the session would like;
+// the result says what the framing allows. Replaces *out; its body is left
+// for the caller to stream.
+using DownstreamResponse = boost::beast::http::response<boost::beast::http::buffer_body>;
+DownstreamFraming BuildDownstreamResponse(
+    const boost::beast::http::response_parser<boost::beast::http::buffer_body>& parser,
+    bool head_request, bool client_http11, bool keep_alive, DownstreamResponse* out);
+
 }  // namespace fencegate::proxy

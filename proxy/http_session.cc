@@ -25,10 +25,6 @@ double Millis(std::chrono::steady_clock::duration d) {
 }
 
 // Responses that never carry a body, whatever their headers say.
-bool BodilessStatus(unsigned status) {
-  return status / 100 == 1 || status == 204 || status == 304;
-}
-
 }  // namespace
 
 HttpSession::HttpSession(tcp::socket&& socket, ProxyContext& context, Worker& worker)
@@ -373,30 +369,11 @@ void HttpSession::OnResponseHeader(ec_t ec) {
     return DoReadResponseHeader();  // interim response: wait for the final one
   }
   const auto& req = req_parser_->get();
-  bool client_http11 = req.version() >= 11;
-  down_res_ = {};
-  down_res_.result(status);
-  down_res_.reason(res.reason());
-  down_res_.version(client_http11 ? 11 : 10);
-  CopyEndToEndFields(res.base(), down_res_.base());
-  bool keep_alive = request_keep_alive_ && !ctx_.draining.load(std::memory_order_relaxed);
-  if (req.method() == http::verb::head || BodilessStatus(status)) {
-    if (auto length = res.find(http::field::content_length); length != res.end()) {
-      down_res_.set(http::field::content_length, length->value());
-    }
-  } else if (auto length = res_parser_->content_length()) {
-    down_res_.content_length(*length);
-  } else {
-    // Chunked or delimited by EOF upstream: chunk it for HTTP/1.1 clients,
-    // delimit by close for HTTP/1.0 ones.
-    response_close_delimited_ = !res_parser_->chunked();
-    if (client_http11) {
-      down_res_.chunked(true);
-    } else {
-      keep_alive = false;
-    }
-  }
-  down_res_.keep_alive(keep_alive);
+  DownstreamFraming framing = BuildDownstreamResponse(
+      *res_parser_, req.method() == http::verb::head, req.version() >= 11,
+      request_keep_alive_ && !ctx_.draining.load(std::memory_order_relaxed), &down_res_);
+  response_close_delimited_ = framing.close_delimited;
+  bool keep_alive = framing.keep_alive;
   down_res_.set("X-Request-Id", request_id_);
   request_keep_alive_ = keep_alive;
   status_ = status;

@@ -5,6 +5,7 @@
 
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,21 @@ using Reply = http::response<http::string_body>;
 // chose) get U+FFFD in place of each bad byte: nlohmann's default is to
 // throw, and an exception out of an I/O handler ends the process.
 std::string DumpJson(const nlohmann::json& value);
+
+// Writes `reply` to `stream` as the answer to a request: the whole message,
+// or for a HEAD request only its head, Content-Length included (RFC 9110
+// 9.3.2). `serializer` must outlive the write (a member of the session).
+using ReplySerializer = http::response_serializer<http::string_body>;
+template <class Stream, class Handler>
+void AsyncWriteReply(Stream& stream, Reply& reply, std::optional<ReplySerializer>& serializer,
+                     bool head_request, Handler&& handler) {
+  serializer.emplace(reply);
+  if (head_request) {
+    http::async_write_header(stream, *serializer, std::forward<Handler>(handler));
+  } else {
+    http::async_write(stream, *serializer, std::forward<Handler>(handler));
+  }
+}
 
 // status + error code + message, plus any extra fields merged into the body.
 Reply MakeError(http::status status, std::string_view code, std::string_view message,

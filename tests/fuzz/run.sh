@@ -23,7 +23,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/tests/fuzz"
 BUILD="${FENCEGATE_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-20}"
-ALL_TARGETS=(request canonical_path token config lock_request)
+ALL_TARGETS=(request canonical_path token config lock_request admin_request upstream_response)
 
 TARGETS=()
 for arg in "$@"; do

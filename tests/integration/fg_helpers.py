@@ -119,6 +119,10 @@ class RawConnection:
             status_line = self._readline()
             while status_line == b"":
                 status_line = self._readline()
+            if not status_line.startswith(b"HTTP/1."):
+                # Bytes left over from the previous message (a body where
+                # none belongs): the connection is out of step.
+                raise AssertionError(f"not a status line: {status_line[:200]!r}")
             parts = status_line.decode("latin-1").split(" ", 2)
             status = int(parts[1])
             reason = parts[2] if len(parts) > 2 else ""

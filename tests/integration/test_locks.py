@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fg_helpers import admin_key_path, assert_json_error, parse_addr, request
+from fg_helpers import RawConnection, admin_key_path, assert_json_error, parse_addr, request
 
 LOCKS = {"listen": "127.0.0.1:0", "max_ttl": "30s"}
 
@@ -189,3 +189,15 @@ def test_routing_errors(lgate):
                       "bad_lock_name")
     # Lock endpoints are not on the proxy listener: there it is proxied like any path.
     assert granted(acquire(lgate, "orders"))["token"] == 1
+
+
+def test_head_gets_a_bodiless_405_and_the_connection_stays_in_step(lgate):
+    addr = parse_addr(lgate.listening["locks"])
+    with RawConnection(addr) as c:
+        c.send("HEAD", "/v1/locks/h/acquire", close=False)
+        c.send("POST", "/v1/locks/h/acquire", [("Content-Type", "application/json")],
+               json.dumps({"ttl": "5s"}).encode())
+        head = c.read_response("HEAD")
+        assert head.status == 405, head
+        assert int(head.header("Content-Length")) > 0, head
+        granted(c.read_response("POST"))

@@ -1,7 +1,7 @@
 """(f) What is not fenced passes through untouched; shadow mode never
 refuses; the admin API needs its bearer and can only raise tokens."""
 
-from fg_helpers import admin_key_path, assert_json_error, tokens_seen
+from fg_helpers import RawConnection, admin_key_path, assert_json_error, tokens_seen
 
 
 def test_get_on_fenced_prefix_passes_without_token(gate, backend):
@@ -86,3 +86,17 @@ def test_admin_fence_on_unseen_key(gate, backend):
     assert r.status == 200 and r.json() == {"key": key, "token": 100}, r
     assert_json_error(gate.put(key, 99), 409, "stale_token", current=100)
     assert backend.log() == []
+
+
+def test_admin_head_gets_no_body_and_the_connection_stays_in_step(gate):
+    """A HEAD answer carries the GET's Content-Length but no body; were the
+    body sent, the pipelined GET's answer would be read from inside it."""
+    with RawConnection(gate.admin) as c:
+        c.send("HEAD", "/healthz", close=False)
+        c.send("GET", "/healthz")
+        head = c.read_response("HEAD")
+        assert head.status == 200, head
+        assert int(head.header("Content-Length")) > 0, head
+        get = c.read_response("GET")
+        assert get.status == 200, get
+        assert get.json() == {"status": "ok"}

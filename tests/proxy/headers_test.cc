@@ -86,5 +86,29 @@ TEST(AdminAuth, ConstantTimeEquals) {
   EXPECT_TRUE(ConstantTimeEquals("", ""));
 }
 
+TEST(AdminAuth, BearerMatches) {
+  EXPECT_TRUE(BearerMatches("Bearer s3cret", "s3cret"));
+  EXPECT_TRUE(BearerMatches("bEARER s3cret", "s3cret"));  // the scheme is case-insensitive
+  EXPECT_FALSE(BearerMatches("Bearer S3cret", "s3cret"));  // the credential is not
+  EXPECT_FALSE(BearerMatches("Bearer s3cret ", "s3cret"));
+  EXPECT_FALSE(BearerMatches("Basic s3cret", "s3cret"));
+  EXPECT_FALSE(BearerMatches("Bearer ", ""));  // an empty admin token never matches
+  EXPECT_FALSE(BearerMatches("", ""));
+}
+
+TEST(AdminFenceBody, TokenAsNumberOrDecimalString) {
+  EXPECT_EQ(ParseFenceBody(R"({"token": 42})"), 42u);
+  EXPECT_EQ(ParseFenceBody(R"({"token": "18446744073709551615"})"), UINT64_MAX);
+  EXPECT_EQ(ParseFenceBody(R"({"token": 0, "other": [1]})"), 0u);
+  EXPECT_EQ(ParseFenceBody(R"({"token": -1})"), std::nullopt);
+  EXPECT_EQ(ParseFenceBody(R"({"token": 1.5})"), std::nullopt);
+  EXPECT_EQ(ParseFenceBody(R"({"token": "18446744073709551616"})"), std::nullopt);
+  EXPECT_EQ(ParseFenceBody(R"({"token": "4 2"})"), std::nullopt);
+  EXPECT_EQ(ParseFenceBody(R"({"token": null})"), std::nullopt);
+  EXPECT_EQ(ParseFenceBody(R"([42])"), std::nullopt);
+  EXPECT_EQ(ParseFenceBody("{\"token\": 4"), std::nullopt);
+  EXPECT_EQ(ParseFenceBody(""), std::nullopt);
+}
+
 }  // namespace
 }  // namespace fencegate::proxy
