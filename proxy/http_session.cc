@@ -329,7 +329,10 @@ void HttpSession::OnRequestBodyRead(ec_t ec) {
   auto& body = req_parser_->get().body();
   size_t n = kBodyBufferSize - body.size;
   bytes_in_ += n;
-  up_req_.body().data = Buffer();
+  // No new bytes (the read only completed the message, e.g. an empty
+  // chunked body): hand the serializer no buffer, or it writes a zero-size
+  // chunk, which is a last-chunk, before the real last-chunk.
+  up_req_.body().data = n ? Buffer() : nullptr;
   up_req_.body().size = n;
   up_req_.body().more = !req_parser_->is_done();
   upstream_->expires_after(config_.upstream.timeout);
@@ -430,7 +433,7 @@ void HttpSession::OnResponseBodyRead(ec_t ec) {
   size_t n = kBodyBufferSize - body.size;
   bytes_out_ += n;
   if (res_parser_->is_done()) EndUpstream(true);
-  down_res_.body().data = Buffer();
+  down_res_.body().data = n ? Buffer() : nullptr;  // as in OnRequestBodyRead
   down_res_.body().size = n;
   down_res_.body().more = !res_parser_->is_done();
   stream_.expires_after(config_.limits.idle_timeout);

@@ -147,7 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     size_t n = buffer.size() - parser->get().body().size;
     upstream_body.append(buffer.data(), n);
-    down.body().data = buffer.data();
+    down.body().data = n ? buffer.data() : nullptr;  // as OnResponseBodyRead
     down.body().size = n;
     down.body().more = !parser->is_done();
     write_some();

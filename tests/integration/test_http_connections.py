@@ -207,3 +207,107 @@ def test_graceful_drain_finishes_in_flight_requests(gate, backend):
     assert r.status in (200, 201), f"in-flight request lost in the drain: {r}"
     assert gate.proc.wait(timeout=20) == 0
     assert [e["body"] for e in backend.log()] == ["in flight"]
+
+
+class ScriptedBackend:
+    """A raw backend on 127.0.0.1:0 that answers each request (read up to
+    the end of its head; these tests send no request bodies to it) with the
+    bytes `script` maps its target to, closing afterwards when the answer
+    says so, and keeps every byte each connection received."""
+
+    def __init__(self, script):
+        self.script = script
+        self.received = []  # one bytearray per accepted connection
+        self.heads = []     # every request head read, in order
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            buf = bytearray()
+            self.received.append(buf)
+            threading.Thread(target=self._serve, args=(conn, buf), daemon=True).start()
+
+    def _serve(self, conn, received):
+        pending = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in pending:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    received += data
+                    pending += data
+                head, pending = pending.split(b"\r\n\r\n", 1)
+                self.heads.append(bytes(head))
+                if b"transfer-encoding: chunked" in head.lower():  # an empty chunked body
+                    while b"0\r\n\r\n" not in pending:
+                        data = conn.recv(65536)
+                        if not data:
+                            return
+                        received += data
+                        pending += data
+                    pending = pending.split(b"0\r\n\r\n", 1)[1]
+                parts = head.split(b" ")
+                if len(parts) < 3 or parts[1].decode() not in self.script:
+                    return  # not a request we know: drop the connection
+                answer, close = self.script[parts[1].decode()]
+                conn.sendall(answer)
+                if close:
+                    return
+
+    def close(self):
+        self.sock.close()
+
+
+def test_an_empty_last_body_read_ends_the_message_once(make_gate):
+    """When a body read completes the message with no new bytes (an empty
+    chunked or EOF-delimited response body), the client gets exactly one
+    last-chunk: the connection stays in step for the next response."""
+    backend = ScriptedBackend({
+        "/chunked-empty": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", False),
+        "/eof-empty": (b"HTTP/1.0 200 OK\r\n\r\n", True),
+        "/after": (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", False),
+    })
+    try:
+        gate = make_gate(upstream={"url": f"http://127.0.0.1:{backend.port}"})
+        with RawConnection(gate.proxy) as c:
+            for target in ("/chunked-empty", "/eof-empty"):
+                c.send("GET", target, close=False)
+                r = c.read_response()
+                assert r.status == 200 and r.body == b"", r
+                assert r.header("Transfer-Encoding") == "chunked", r
+                c.send("GET", "/after", close=False)
+                r = c.read_response()
+                assert r.status == 200 and r.body == b"ok", r
+    finally:
+        backend.close()
+
+
+def test_an_empty_chunked_request_body_reaches_the_backend_with_one_last_chunk(make_gate):
+    """A chunked request whose body is empty: the backend must see one
+    last-chunk, or the pooled connection carries a stray one into the next
+    request."""
+    backend = ScriptedBackend({
+        "/objects/empty-chunked": (b"HTTP/1.1 204 No Content\r\n\r\n", False),
+    })
+    try:
+        gate = make_gate(upstream={"url": f"http://127.0.0.1:{backend.port}"})
+        with RawConnection(gate.proxy) as c:
+            for token in (b"1", b"2"):
+                c.send_raw(b"PUT /objects/empty-chunked HTTP/1.1\r\nHost: x\r\n"
+                           b"Fencing-Token: " + token + b"\r\n"
+                           b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+                r = c.read_response("PUT")
+                assert r.status == 204, r
+        assert all(h.startswith(b"PUT /objects/empty-chunked ") for h in backend.heads), \
+            backend.heads
+        sent = b"".join(bytes(b) for b in backend.received)
+        assert sent.count(b"0\r\n\r\n") == 2, sent
+    finally:
+        backend.close()
