@@ -23,7 +23,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/tests/fuzz"
 BUILD="${FENCEGATE_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-20}"
-ALL_TARGETS=(request canonical_path token config lock_request admin_request upstream_response)
+ALL_TARGETS=(request canonical_path token config lock_request admin_request upstream_response
+  fence_ops)
 
 TARGETS=()
 for arg in "$@"; do
@@ -47,6 +48,7 @@ max_len() {
   case "$1" in
     token) echo 256 ;;
     canonical_path) echo 4096 ;;
+    fence_ops) echo 512 ;;
     *) echo 8192 ;;
   esac
 }
