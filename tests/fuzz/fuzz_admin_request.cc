@@ -22,6 +22,7 @@
 
 #include "proxy/admin_request.h"
 #include "proxy/replies.h"
+#include "tests/fuzz/fuzz_http.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {
@@ -97,14 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(kMaxHeaderBytes);
     parser.body_limit(kMaxAdminBody);
-    parser.eager(true);
-    boost::beast::error_code ec;
-    while (!parser.is_done()) {
-      size_t used =
-          parser.put(boost::asio::buffer(input.data() + offset, input.size() - offset), ec);
-      offset += used;
-      if (ec || used == 0) break;
-    }
+    boost::beast::error_code ec = ReadWholeRequest(parser, input, &offset);
     if (ec == http::error::need_more) return 0;  // EOF inside the message: the session closes
     if (ec) {
       CheckReply(fencegate::proxy::MakeError(http::status::bad_request, "bad_request",

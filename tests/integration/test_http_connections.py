@@ -235,24 +235,28 @@ class ScriptedBackend:
 
     def _serve(self, conn, received):
         pending = b""
+
+        def read_past(marker):
+            """The bytes before `marker` (None when the peer closed first)."""
+            nonlocal pending
+            while marker not in pending:
+                data = conn.recv(65536)
+                if not data:
+                    return None
+                received.extend(data)
+                pending += data
+            before, pending = pending.split(marker, 1)
+            return before
+
         with conn:
             while True:
-                while b"\r\n\r\n" not in pending:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    received += data
-                    pending += data
-                head, pending = pending.split(b"\r\n\r\n", 1)
-                self.heads.append(bytes(head))
+                head = read_past(b"\r\n\r\n")
+                if head is None:
+                    return
+                self.heads.append(head)
                 if b"transfer-encoding: chunked" in head.lower():  # an empty chunked body
-                    while b"0\r\n\r\n" not in pending:
-                        data = conn.recv(65536)
-                        if not data:
-                            return
-                        received += data
-                        pending += data
-                    pending = pending.split(b"0\r\n\r\n", 1)[1]
+                    if read_past(b"0\r\n\r\n") is None:
+                        return
                 parts = head.split(b" ")
                 if len(parts) < 3 or parts[1].decode() not in self.script:
                     return  # not a request we know: drop the connection
