@@ -179,6 +179,9 @@ bool ReadLimits(YamlReader& r, const Field& f, LimitsConfig* limits) {
       {"max_connections", positive(&limits->max_connections)},
       {"drain_timeout", DurationInto(r, &limits->drain_timeout)},
       {"max_waiting_per_key", positive(&limits->max_waiting_per_key)},
+      {"max_connections_per_client", [&r, limits](const Field& v) {
+         return r.Unsigned(v, 0, kMaxU64, &limits->max_connections_per_client);
+       }},
   });
 }
 

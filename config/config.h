@@ -111,6 +111,9 @@ struct LimitsConfig {
   uint64_t max_connections = 10000;
   Duration drain_timeout{10000};  // SIGTERM: longest wait for requests in flight
   uint64_t max_waiting_per_key = 1024;  // fenced writes queued behind one key; beyond: 503
+  // Connections one client address may hold at once; beyond: closed at
+  // once. 0 = no limit per client (max_connections still holds).
+  uint64_t max_connections_per_client = 0;
 
   bool operator==(const LimitsConfig&) const = default;
 };

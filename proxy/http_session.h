@@ -18,6 +18,7 @@
 #include <string>
 
 #include "proxy/canonical_path.h"
+#include "proxy/client_limit.h"
 #include "proxy/fence_filter.h"
 #include "proxy/proxy_context.h"
 #include "proxy/replies.h"
@@ -35,6 +36,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void Drain();
   // Shutdown: cancel whatever is under way now.
   void ForceClose() { Close(); }
+  // The client address's connection slot, given back when the session ends.
+  void HoldClientSlot(ClientSlot slot) { client_slot_ = std::move(slot); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -113,6 +116,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool in_request_ = false;     // a request head was read and not yet ended
   bool idle_ = false;           // waiting for the first byte of a request head
   bool expect_continue_ = false;
+  ClientSlot client_slot_;  // limits.max_connections_per_client
 };
 
 }  // namespace fencegate::proxy

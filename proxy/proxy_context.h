@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "config/config.h"
+#include "proxy/client_limit.h"
 #include "proxy/fence_filter.h"
 #include "proxy/router.h"
 #include "proxy/upstream_pool.h"
@@ -24,6 +25,7 @@ struct ProxyContext {
   std::atomic<bool> draining{false};         // SIGTERM: finish current requests, then close
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> requests_in_flight{0};
+  std::unique_ptr<ClientLimiter> clients;  // limits.max_connections_per_client
 };
 
 class HttpSession;

@@ -50,6 +50,7 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
   ctx_.config = config_;
   ctx_.fence_settings.token_header = config_->fencing.token_header;
   ctx_.fence = &fence_;
+  ctx_.clients = std::make_unique<ClientLimiter>(config_->limits.max_connections_per_client);
   admin_ctx_.config = config_;
   admin_ctx_.store = &store_;
   admin_ctx_.set_faults = std::move(set_faults);
@@ -74,7 +75,23 @@ bool Server::Start(std::string* error) {
           socket.close(ignored);
           return;
         }
-        std::make_shared<HttpSession>(std::move(socket), ctx_, *workers_[index])->Run();
+        boost::system::error_code ec;
+        tcp::endpoint peer = socket.remote_endpoint(ec);
+        std::optional<ClientSlot> slot;
+        if (!ec) slot = ctx_.clients->TryAcquire(peer.address());
+        if (!slot) {
+          // Gone already, or this address holds its share of connections.
+          if (!ec) {
+            spdlog::debug("connection from {} refused: limits.max_connections_per_client ({})",
+                          peer.address().to_string(), config_->limits.max_connections_per_client);
+          }
+          boost::system::error_code ignored;
+          socket.close(ignored);
+          return;
+        }
+        auto session = std::make_shared<HttpSession>(std::move(socket), ctx_, *workers_[index]);
+        session->HoldClientSlot(std::move(*slot));
+        session->Run();
       });
   auto endpoint = ToTcp(config_->endpoint, error);
   if (!endpoint || !proxy_listener_->Open(*endpoint, error)) return false;

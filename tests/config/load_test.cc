@@ -58,6 +58,7 @@ TEST(LoadTest, MinimalConfigHasDocumentedDefaults) {
   EXPECT_EQ(c.limits.idle_timeout, Duration(60000));
   EXPECT_EQ(c.limits.max_connections, 10000u);
   EXPECT_EQ(c.limits.max_waiting_per_key, 1024u);
+  EXPECT_EQ(c.limits.max_connections_per_client, 0u);
   EXPECT_EQ(c.log.level, "info");
   EXPECT_TRUE(c.log.access_log);
 }
@@ -116,6 +117,7 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(c.limits.max_connections, 500u);
   EXPECT_EQ(c.limits.drain_timeout, Duration(30000));
   EXPECT_EQ(c.limits.max_waiting_per_key, 64u);
+  EXPECT_EQ(c.limits.max_connections_per_client, 100u);
   EXPECT_EQ(c.forwarding.trusted_hops, 1u);
   EXPECT_EQ(c.log.level, "debug");
   EXPECT_FALSE(c.log.access_log);
@@ -148,6 +150,7 @@ TEST(LoadTest, FullExampleSetsEveryFieldAwayFromItsDefault) {
   EXPECT_NE(full.limits.idle_timeout, minimal.limits.idle_timeout);
   EXPECT_NE(full.limits.max_connections, minimal.limits.max_connections);
   EXPECT_NE(full.limits.max_waiting_per_key, minimal.limits.max_waiting_per_key);
+  EXPECT_NE(full.limits.max_connections_per_client, minimal.limits.max_connections_per_client);
   EXPECT_NE(full.log.level, minimal.log.level);
   EXPECT_NE(full.log.access_log, minimal.log.access_log);
 }

@@ -115,6 +115,46 @@ def test_max_connections_refuses_beyond_the_limit_and_recovers(make_gate, backen
     first[1].close()
 
 
+def connect_from(source_ip, addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.bind((source_ip, 0))
+    s.connect(addr)
+    return s
+
+
+def test_max_connections_per_client_refuses_one_address_not_the_others(make_gate, backend):
+    gate = make_gate(limits={"max_connections_per_client": 2})
+    first = [connect_from("127.0.0.1", gate.proxy) for _ in range(2)]
+    for s in first:  # both served: they hold the address's two slots
+        s.sendall(build_request("GET", "/plain/m", close=False))
+    for s in first:
+        assert s.recv(65536).startswith(b"HTTP/1.1 404")
+    extra = connect_from("127.0.0.1", gate.proxy)
+    assert closed_within(extra, 5) is not None, "a third connection from 127.0.0.1 was kept open"
+    extra.close()
+    # Another client address has its own budget.
+    other = connect_from("127.0.0.2", gate.proxy)
+    other.sendall(build_request("GET", "/plain/other"))
+    assert other.recv(65536).startswith(b"HTTP/1.1 404")
+    other.close()
+    # Once one of the first two ends, 127.0.0.1 is served again.
+    first[0].close()
+    deadline = time.monotonic() + 5
+    while True:
+        s = connect_from("127.0.0.1", gate.proxy)
+        try:
+            s.sendall(build_request("GET", "/plain/again"))
+            if s.recv(65536).startswith(b"HTTP/1.1 404"):
+                break
+        except OSError:
+            pass  # refused while the slot is still taken
+        finally:
+            s.close()
+        assert time.monotonic() < deadline, "no connection from 127.0.0.1 accepted after one closed"
+    first[1].close()
+
+
 def test_backend_closing_a_pooled_connection_never_fails_a_fenced_write(gate, backend):
     with RawConnection(gate.proxy) as c:
         # The backend answers keep-alive and then closes: the connection
