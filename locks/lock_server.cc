@@ -29,8 +29,8 @@ bool LockServer::Start(std::string* error) {
     return false;
   }
   listener_ = std::make_shared<proxy::Listener>(
-      ioc_, std::vector<asio::io_context*>{&ioc_}, [this](tcp::socket&& socket, size_t) {
-        std::make_shared<LockSession>(std::move(socket), ctx_)->Run();
+      ioc_, std::vector<asio::io_context*>{&ioc_}, [this](proxy::Listener::Socket&& socket, size_t) {
+        std::make_shared<LockSession>(tcp::socket(std::move(socket)), ctx_)->Run();
       });
   if (!listener_->Open(tcp::endpoint(address, e.port), error)) {
     *error = "lock service: " + *error;

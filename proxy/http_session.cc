@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
@@ -27,7 +28,7 @@ double Millis(std::chrono::steady_clock::duration d) {
 // Responses that never carry a body, whatever their headers say.
 }  // namespace
 
-HttpSession::HttpSession(tcp::socket&& socket, ProxyContext& context, Worker& worker)
+HttpSession::HttpSession(Listener::Socket&& socket, ProxyContext& context, Worker& worker)
     : stream_(std::move(socket)), ctx_(context), worker_(worker), config_(*context.config) {
   ctx_.active_connections.fetch_add(1, std::memory_order_relaxed);
 }
@@ -41,6 +42,7 @@ void HttpSession::Run() {
   worker_.sessions.insert(this);
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
+  stream_.socket().non_blocking(true, ec);  // for TryWriteNow; async operations do not mind
   auto peer = stream_.socket().remote_endpoint(ec);
   if (!ec) {
     auto address = peer.address();
@@ -56,8 +58,14 @@ void HttpSession::Drain() {
   if (idle_) Close();
 }
 
-char* HttpSession::Buffer() {
-  if (!body_buffer_) body_buffer_ = std::make_unique<char[]>(kBodyBufferSize);
+char* HttpSession::Buffer(uint64_t want) {
+  // Sized to the body when its length is known (a 16-byte PUT does not need
+  // 64 KiB), and not zero-filled: every byte is written before it is read.
+  size_t size = static_cast<size_t>(std::clamp<uint64_t>(want, 1, kBodyBufferSize));
+  if (body_capacity_ < size) {
+    body_buffer_ = std::make_unique_for_overwrite<char[]>(size);
+    body_capacity_ = size;
+  }
   return body_buffer_.get();
 }
 
@@ -90,7 +98,7 @@ void HttpSession::DoReadHeader() {
 
 void HttpSession::DoWaitForRequest() {
   stream_.expires_after(config_.limits.idle_timeout);
-  stream_.async_read_some(buffer_.prepare(4096),
+  stream_.async_read_some(buffer_.prepare(kWaitReadSize),
                           [self = shared_from_this()](ec_t ec, size_t n) {
                             self->buffer_.commit(n);
                             if (ec) return self->Close();  // idle timeout, EOF or reset
@@ -221,7 +229,7 @@ void HttpSession::DoDiscardBody() {
   }
   auto& body = req_parser_->get().body();
   body.data = Buffer();
-  body.size = kBodyBufferSize;
+  body.size = body_capacity_;
   stream_.expires_after(config_.limits.idle_timeout);
   http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
     if (ec == http::error::need_buffer) ec = {};
@@ -229,7 +237,7 @@ void HttpSession::DoDiscardBody() {
       self->request_keep_alive_ = false;  // broken or oversized body: answer, then close
       return self->SendReply(std::move(self->reply_), self->pending_outcome_);
     }
-    self->discarded_ += kBodyBufferSize - self->req_parser_->get().body().size;
+    self->discarded_ += self->body_capacity_ - self->req_parser_->get().body().size;
     self->DoDiscardBody();
   });
 }
@@ -245,7 +253,7 @@ void HttpSession::StartForward() {
       [self = shared_from_this()](ec_t ec, UpstreamPool::Connection c, bool reused) {
         self->OnUpstream(ec, std::move(c), reused);
       },
-      /*fresh=*/retried_);
+      /*fresh=*/retried_, /*probe=*/!Retryable());
 }
 
 void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool reused) {
@@ -260,6 +268,11 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
   up_req_.body().size = 0;
   up_req_.body().more = !req_parser_->is_done();
   up_sr_.emplace(up_req_);
+  if (!expect_continue_) {
+    // The head goes out with the first piece of the body (or alone when
+    // there is none): one write, not two, for a small request.
+    return DoRequestBody();
+  }
   upstream_->expires_after(config_.upstream.timeout);
   http::async_write_header(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
     self->OnUpstreamHeaderWritten(ec);
@@ -285,13 +298,17 @@ void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
 void HttpSession::DoRequestBody() {
   if (up_sr_->is_done()) return DoReadResponseHeader();
   if (!req_parser_->is_done()) {
+    auto remaining = req_parser_->content_length_remaining();
+    uint64_t want = remaining ? *remaining : kBodyBufferSize;
     auto& body = req_parser_->get().body();
-    body.data = Buffer();
-    body.size = kBodyBufferSize;
+    body.data = Buffer(want);
+    body.size = body_capacity_;
     // Beast sizes each read by the buffer's spare capacity: make it large so
     // a body moves in 64 KiB reads, not in the few hundred bytes left over
-    // from the head.
-    buffer_.reserve(kBodyBufferSize);
+    // from the head. Not needed when the whole body came with the head.
+    if (want > buffer_.size()) {
+      buffer_.reserve(buffer_.size() + std::min<uint64_t>(want - buffer_.size(), kBodyBufferSize));
+    }
     stream_.expires_after(config_.limits.idle_timeout);
     http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
       self->OnRequestBodyRead(ec);
@@ -301,10 +318,7 @@ void HttpSession::DoRequestBody() {
   up_req_.body().data = nullptr;
   up_req_.body().size = 0;
   up_req_.body().more = false;
-  upstream_->expires_after(config_.upstream.timeout);
-  http::async_write(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
-    self->OnRequestBodyWritten(ec);
-  });
+  WriteUpstream();
 }
 
 void HttpSession::OnRequestBodyRead(ec_t ec) {
@@ -327,17 +341,48 @@ void HttpSession::OnRequestBodyRead(ec_t ec) {
     return Close();
   }
   auto& body = req_parser_->get().body();
-  size_t n = kBodyBufferSize - body.size;
+  size_t n = body_capacity_ - body.size;
   bytes_in_ += n;
   // No new bytes (the read only completed the message, e.g. an empty
   // chunked body): hand the serializer no buffer, or it writes a zero-size
   // chunk, which is a last-chunk, before the real last-chunk.
-  up_req_.body().data = n ? Buffer() : nullptr;
+  up_req_.body().data = n ? body_buffer_.get() : nullptr;
   up_req_.body().size = n;
   up_req_.body().more = !req_parser_->is_done();
+  WriteUpstream();
+}
+
+// Both sockets are in non-blocking mode (Run(), UpstreamPool::Connect):
+// a write is first tried at once, and only what the socket does not take
+// now goes through an asynchronous write (with its timeout). A small
+// request or response is usually taken whole, which saves the asynchronous
+// operation, its timer and a trip through the event loop.
+template <class Socket, class Serializer>
+bool HttpSession::TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec) {
+  if (!socket.non_blocking()) return false;
+  http::write(socket, sr, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ec = {};
+    return false;  // the rest goes asynchronously
+  }
+  return true;  // all written, need_buffer (the next piece is not read yet) or an error
+}
+
+void HttpSession::WriteUpstream() {
+  ec_t ec;
+  if (TryWriteNow(upstream_->socket(), *up_sr_, ec)) return OnRequestBodyWritten(ec);
   upstream_->expires_after(config_.upstream.timeout);
   http::async_write(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
     self->OnRequestBodyWritten(ec);
+  });
+}
+
+void HttpSession::WriteDownstream() {
+  ec_t ec;
+  if (TryWriteNow(stream_.socket(), *down_sr_, ec)) return OnResponseBodyWritten(ec);
+  stream_.expires_after(config_.limits.idle_timeout);
+  http::async_write(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
+    self->OnResponseBodyWritten(ec);
   });
 }
 
@@ -383,16 +428,49 @@ void HttpSession::OnResponseHeader(ec_t ec) {
   down_res_.body().data = nullptr;
   down_res_.body().size = 0;
   down_res_.body().more = true;
-  down_sr_.emplace(down_res_);
-  stream_.expires_after(config_.limits.idle_timeout);
-  http::async_write_header(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
-    if (ec) {
-      self->EndUpstream(false);
-      return self->Close();
+  if (!res_parser_->is_done()) {
+    // A small body of known length is read whole first, so that head and
+    // body go to the client in one write; a larger or open-ended one is
+    // streamed behind the head.
+    if (auto length = res_parser_->content_length_remaining(); length && *length <= kBodyBufferSize) {
+      return DoWholeResponseBody(*length);
     }
-    self->response_started_ = true;
-    self->DoResponseBody();
-  });
+  }
+  WriteResponse();
+}
+
+void HttpSession::DoWholeResponseBody(uint64_t length) {
+  auto& body = res_parser_->get().body();
+  body.data = Buffer(length);
+  body.size = body_capacity_;
+  if (length > up_buffer_.size()) up_buffer_.reserve(up_buffer_.size() + length);
+  upstream_->expires_after(config_.upstream.timeout);
+  http::async_read(*upstream_, up_buffer_, *res_parser_,
+                   [self = shared_from_this()](ec_t ec, size_t) {
+                     self->OnWholeResponseBody(ec);
+                   });
+}
+
+void HttpSession::OnWholeResponseBody(ec_t ec) {
+  if (ec == http::error::need_buffer) ec = {};
+  // Nothing went to the client yet: a failure here is answered 502/504 (and
+  // a GET/HEAD on a reused connection is retried), like a failed head.
+  if (ec) return FailUpstream(ec, "read response body");
+  size_t n = body_capacity_ - res_parser_->get().body().size;
+  bytes_out_ += n;
+  down_res_.body().data = n ? body_buffer_.get() : nullptr;  // as in OnRequestBodyRead
+  down_res_.body().size = n;
+  WriteResponse();
+}
+
+void HttpSession::WriteResponse() {
+  // The head, with whatever body is in down_res_; the rest (if any) follows
+  // from DoResponseBody.
+  if (res_parser_->is_done()) EndUpstream(true);
+  down_res_.body().more = !res_parser_->is_done();
+  down_sr_.emplace(down_res_);
+  response_started_ = true;
+  WriteDownstream();
 }
 
 void HttpSession::DoResponseBody() {
@@ -400,7 +478,7 @@ void HttpSession::DoResponseBody() {
   if (!res_parser_->is_done()) {
     auto& body = res_parser_->get().body();
     body.data = Buffer();
-    body.size = kBodyBufferSize;
+    body.size = body_capacity_;
     up_buffer_.reserve(kBodyBufferSize);
     upstream_->expires_after(config_.upstream.timeout);
     http::async_read(*upstream_, up_buffer_, *res_parser_,
@@ -413,10 +491,7 @@ void HttpSession::DoResponseBody() {
   down_res_.body().data = nullptr;
   down_res_.body().size = 0;
   down_res_.body().more = false;
-  stream_.expires_after(config_.limits.idle_timeout);
-  http::async_write(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
-    self->OnResponseBodyWritten(ec);
-  });
+  WriteDownstream();
 }
 
 void HttpSession::OnResponseBodyRead(ec_t ec) {
@@ -430,16 +505,13 @@ void HttpSession::OnResponseBodyRead(ec_t ec) {
     return Close();
   }
   auto& body = res_parser_->get().body();
-  size_t n = kBodyBufferSize - body.size;
+  size_t n = body_capacity_ - body.size;
   bytes_out_ += n;
   if (res_parser_->is_done()) EndUpstream(true);
-  down_res_.body().data = n ? Buffer() : nullptr;  // as in OnRequestBodyRead
+  down_res_.body().data = n ? body_buffer_.get() : nullptr;  // as in OnRequestBodyRead
   down_res_.body().size = n;
   down_res_.body().more = !res_parser_->is_done();
-  stream_.expires_after(config_.limits.idle_timeout);
-  http::async_write(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
-    self->OnResponseBodyWritten(ec);
-  });
+  WriteDownstream();
 }
 
 void HttpSession::OnResponseBodyWritten(ec_t ec) {
@@ -470,18 +542,24 @@ void HttpSession::EndUpstream(bool reusable) {
   }
 }
 
+bool HttpSession::Retryable() const {
+  auto method = req_parser_->get().method();
+  return intent_.kind != WriteIntent::Kind::kFence &&
+         (method == http::verb::get || method == http::verb::head) && req_parser_->is_done() &&
+         bytes_in_ == 0;
+}
+
 void HttpSession::FailUpstream(ec_t ec, const char* stage) {
   bool timeout = IsTimeout(ec);
   if (upstream_ended_ < upstream_started_) upstream_ended_ = Clock::now();
   EndUpstream(false);
+  // A reused connection that failed may mean the backend restarted: drop
+  // the other pooled connections it closed before they are handed out.
+  if (upstream_reused_) worker_.pool.PruneDead();
   // A kept-alive connection the backend closed under us: an idempotent
   // request without a body is tried once more on a new connection. Fenced
   // writes never are: the backend may have applied them.
-  auto method = req_parser_->get().method();
-  if (upstream_reused_ && !retried_ && !timeout && !response_started_ &&
-      intent_.kind != WriteIntent::Kind::kFence &&
-      (method == http::verb::get || method == http::verb::head) && req_parser_->is_done() &&
-      bytes_in_ == 0) {
+  if (upstream_reused_ && !retried_ && !timeout && !response_started_ && Retryable()) {
     spdlog::debug("upstream {} failed on a reused connection ({}); retrying {} once", stage,
                   ec.message(), target_.path);
     retried_ = true;
@@ -519,9 +597,12 @@ void HttpSession::FinishRequest(bool keep_alive) {
   // An idle keep-alive connection holds no body-sized buffers: with many
   // idle clients that memory adds up (issue 7 measured 576 MiB at 10k).
   body_buffer_.reset();
+  body_capacity_ = 0;
   up_buffer_.clear();
   up_buffer_.shrink_to_fit();
-  buffer_.shrink_to_fit();
+  // The wait for the next request reads into 4 KiB of buffer_ again at once
+  // (DoWaitForRequest): keep that much rather than free and reallocate it.
+  if (buffer_.capacity() > kWaitReadSize) buffer_.shrink_to_fit();
   if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);

@@ -20,6 +20,7 @@
 #include "proxy/canonical_path.h"
 #include "proxy/client_limit.h"
 #include "proxy/fence_filter.h"
+#include "proxy/listener.h"
 #include "proxy/proxy_context.h"
 #include "proxy/replies.h"
 
@@ -27,7 +28,7 @@ namespace fencegate::proxy {
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(boost::asio::ip::tcp::socket&& socket, ProxyContext& context, Worker& worker);
+  HttpSession(Listener::Socket&& socket, ProxyContext& context, Worker& worker);
   ~HttpSession();
 
   void Run();
@@ -59,8 +60,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void DoRequestBody();
   void OnRequestBodyRead(ec_t ec);
   void OnRequestBodyWritten(ec_t ec);
+  void WriteUpstream();    // up_sr_'s next piece, then OnRequestBodyWritten
+  void WriteDownstream();  // down_sr_'s next piece, then OnResponseBodyWritten
+  template <class Socket, class Serializer>
+  static bool TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec);
   void DoReadResponseHeader();
   void OnResponseHeader(ec_t ec);
+  void DoWholeResponseBody(uint64_t length);
+  void OnWholeResponseBody(ec_t ec);
+  void WriteResponse();
   void DoResponseBody();
   void OnResponseBodyRead(ec_t ec);
   void OnResponseBodyWritten(ec_t ec);
@@ -68,19 +76,27 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // Endings.
   void EndUpstream(bool reusable);
   void FailUpstream(ec_t ec, const char* stage);
+  // A GET/HEAD without a body that is not fenced: tried once more on a new
+  // connection when a reused one fails before the response started.
+  bool Retryable() const;
   void FinishRequest(bool keep_alive);
   void EndRequest();  // access log and in-flight count, once per request
   void Close();
   void AccessLog();
-  char* Buffer();
+  // The body buffer for the next read: at least min(want, kBodyBufferSize)
+  // bytes (at least 1), body_capacity_ in all.
+  char* Buffer(uint64_t want = kBodyBufferSize);
 
-  boost::beast::tcp_stream stream_;
+  // The worker's concrete executor type, as the pool's connections.
+  UpstreamPool::Stream stream_;
   ProxyContext& ctx_;
   Worker& worker_;
   const config::Config& config_;
   boost::beast::flat_buffer buffer_;
   std::unique_ptr<char[]> body_buffer_;  // allocated on the first body relayed
+  size_t body_capacity_ = 0;
   static constexpr size_t kBodyBufferSize = 64 * 1024;
+  static constexpr size_t kWaitReadSize = 4096;  // the first read of a kept-alive request
 
   // Per request.
   std::optional<http::request_parser<http::buffer_body>> req_parser_;

@@ -43,7 +43,7 @@ void Listener::DoAccept() {
   size_t index = next_++ % workers_.size();
   acceptor_.async_accept(
       *workers_[index], [self = shared_from_this(), index](boost::system::error_code ec,
-                                                          tcp::socket socket) {
+                                                          Socket socket) {
         if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
         if (ec) {
           // EMFILE and friends: log and keep accepting; the pending

@@ -15,9 +15,13 @@ namespace fencegate::proxy {
 
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
+  // The accepted socket, bound to its worker's io_context by its concrete
+  // executor type (no type-erased executor in the session's hot path).
+  using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp,
+                                                  boost::asio::io_context::executor_type>;
   // Called on the chosen worker's io_context with the accepted socket and
   // that worker's index.
-  using SessionFactory = std::function<void(boost::asio::ip::tcp::socket&&, size_t worker)>;
+  using SessionFactory = std::function<void(Socket&&, size_t worker)>;
 
   Listener(boost::asio::io_context& accept_ioc, std::vector<boost::asio::io_context*> workers,
            SessionFactory factory);

@@ -67,7 +67,7 @@ bool Server::Start(std::string* error) {
   std::vector<asio::io_context*> worker_iocs;
   for (auto& ioc : iocs_) worker_iocs.push_back(ioc.get());
   proxy_listener_ = std::make_shared<Listener>(
-      *iocs_[0], worker_iocs, [this](tcp::socket&& socket, size_t index) {
+      *iocs_[0], worker_iocs, [this](Listener::Socket&& socket, size_t index) {
         if (ctx_.draining.load() ||
             static_cast<uint64_t>(ctx_.active_connections.load()) >=
                 config_->limits.max_connections) {
@@ -99,8 +99,8 @@ bool Server::Start(std::string* error) {
   if (config_->admin.endpoint) {
     admin_listener_ = std::make_shared<Listener>(
         *iocs_[0], std::vector<asio::io_context*>{iocs_[0].get()},
-        [this](tcp::socket&& socket, size_t) {
-          std::make_shared<AdminSession>(std::move(socket), admin_ctx_)->Run();
+        [this](Listener::Socket&& socket, size_t) {
+          std::make_shared<AdminSession>(tcp::socket(std::move(socket)), admin_ctx_)->Run();
         });
     auto admin = ToTcp(*config_->admin.endpoint, error);
     if (!admin || !admin_listener_->Open(*admin, error)) return false;

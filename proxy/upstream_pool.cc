@@ -18,6 +18,27 @@ UpstreamPool::UpstreamPool(asio::io_context& ioc, const config::UpstreamConfig& 
   if (!ec) literal_ = tcp::endpoint(address, config_.port);
 }
 
+namespace {
+
+// A request that must not be sent on a dead connection (a fenced write, or
+// any request the session would not retry) always has its pooled
+// connection probed (one recv syscall): it catches a close the backend sent
+// while the connection sat idle, which is how backends end idle keep-alive
+// connections (tests/integration/test_http_connections.py holds this).
+//
+// A retryable request (GET/HEAD without a body) skips the probe when the
+// connection was released less than kProbeAfter ago: if that connection
+// turns out dead, the session retries once on a new connection, and
+// PruneDead() then sweeps the other idle ones. Backends close idle
+// connections on a timer of seconds (gunicorn 2 s; Node.js, Apache,
+// uvicorn 5 s; nginx 75 s), so a connection used within the last second is
+// almost never dead, and probing it would cost a syscall on every request
+// of a busy pool to save a rare retry. An older one has a real chance of
+// having been timed out, and there the probe is cheaper than the retry.
+constexpr std::chrono::milliseconds kProbeAfter{1000};
+
+}  // namespace
+
 bool UpstreamPool::LooksAlive(Stream& stream) {
   // An idle keep-alive connection must have nothing to read: EOF means the
   // backend closed it, bytes mean it sent something unasked. Either way it
@@ -27,11 +48,14 @@ bool UpstreamPool::LooksAlive(Stream& stream) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-void UpstreamPool::Acquire(Handler handler, bool fresh) {
+void UpstreamPool::Acquire(Handler handler, bool fresh, bool probe) {
+  std::optional<Clock::time_point> now;
   while (!fresh && !idle_.empty()) {
-    Connection c = std::move(idle_.back());
+    Connection c = std::move(idle_.back().connection);
+    Clock::time_point since = idle_.back().since;
     idle_.pop_back();
-    if (LooksAlive(*c)) {
+    if (!now) now = Clock::now();
+    if ((!probe && *now - since < kProbeAfter) || LooksAlive(*c)) {
       asio::post(ioc_, [h = std::move(handler), c = std::move(c)]() mutable {
         h({}, std::move(c), true);
       });
@@ -50,6 +74,8 @@ void UpstreamPool::Connect(Handler handler) {
     if (ec) return handler(ec, nullptr, false);
     beast::error_code ignored;
     (*stream)->socket().set_option(tcp::no_delay(true), ignored);
+    // The session tries each write at once before it waits (TryWriteNow).
+    (*stream)->socket().non_blocking(true, ignored);
     (*stream)->expires_never();
     handler({}, std::move(*stream), false);
   };
@@ -79,13 +105,22 @@ void UpstreamPool::Release(Connection connection) {
     connection->socket().close(ignored);
     return;
   }
-  idle_.push_back(std::move(connection));
+  idle_.push_back(Idle{std::move(connection), Clock::now()});
+}
+
+void UpstreamPool::PruneDead() {
+  std::erase_if(idle_, [](Idle& entry) {
+    if (LooksAlive(*entry.connection)) return false;
+    beast::error_code ignored;
+    entry.connection->socket().close(ignored);
+    return true;
+  });
 }
 
 void UpstreamPool::Clear() {
-  for (auto& c : idle_) {
+  for (auto& entry : idle_) {
     beast::error_code ignored;
-    c->socket().close(ignored);
+    entry.connection->socket().close(ignored);
   }
   idle_.clear();
 }

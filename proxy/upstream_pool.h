@@ -1,13 +1,16 @@
 #pragma once
 // UpstreamPool: keep-alive connections to the one upstream, owned by one
 // worker thread (one io_context, one pool: no locks). Idle connections are
-// reused newest first; before reuse each is checked for a close or stray
-// bytes from the backend, and such a connection is dropped rather than
-// handed out, so a fenced write is not sent on a connection that is dead.
+// reused newest first. Before reuse a connection is checked for a close or
+// stray bytes from the backend, and such a connection is dropped rather
+// than handed out, so a fenced write is not sent on a connection that is
+// dead; a retryable request skips that check on a recently used connection
+// (see kProbeAfter in the source).
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,7 +22,9 @@ namespace fencegate::proxy {
 
 class UpstreamPool {
  public:
-  using Stream = boost::beast::tcp_stream;
+  // The worker's concrete executor: no type-erased executor on the hot path.
+  using Executor = boost::asio::io_context::executor_type;
+  using Stream = boost::beast::basic_stream<boost::asio::ip::tcp, Executor>;
   using Connection = std::unique_ptr<Stream>;
   // Called on the pool's io_context; `reused` tells a pooled connection.
   using Handler = std::function<void(boost::beast::error_code, Connection, bool reused)>;
@@ -28,17 +33,30 @@ class UpstreamPool {
 
   // Hands out a live idle connection (unless `fresh`), or connects a new one
   // within connect_timeout (error: beast::error::timeout, or the connect error).
-  void Acquire(Handler handler, bool fresh = false);
+  // `probe`: always check a pooled connection before handing it out; pass
+  // false only for a request the caller retries on a new connection when
+  // the pooled one fails.
+  void Acquire(Handler handler, bool fresh = false, bool probe = true);
 
   // Returns a connection that finished a complete exchange and may be
   // reused. Connections beyond max_idle_connections are closed.
   void Release(Connection connection);
+
+  // A reused connection just failed: the backend may have restarted and
+  // closed every other one too. Checks every idle connection now and drops
+  // the dead ones, so the next requests do not find them one by one.
+  void PruneDead();
 
   size_t idle() const { return idle_.size(); }
   // Closes every idle connection (shutdown).
   void Clear();
 
  private:
+  using Clock = std::chrono::steady_clock;
+  struct Idle {
+    Connection connection;
+    Clock::time_point since;  // when it was released
+  };
   void Connect(Handler handler);
   static bool LooksAlive(Stream& stream);
 
@@ -46,7 +64,7 @@ class UpstreamPool {
   const config::UpstreamConfig& config_;
   boost::asio::ip::tcp::resolver resolver_;
   std::optional<boost::asio::ip::tcp::endpoint> literal_;  // host was an IP literal: no DNS
-  std::vector<Connection> idle_;  // owned by the io_context's thread
+  std::vector<Idle> idle_;  // owned by the io_context's thread
 };
 
 }  // namespace fencegate::proxy
