@@ -537,10 +537,15 @@ def print_table(results, scenarios, concs):
             row = results[sc][str(c)]
             d, n, f = (row[t]["rps"] for t in TARGETS)
             rn, rd = ratio(f, n), ratio(f, d)
+            base = ""
+            if "baseline" in row:
+                b = row["baseline"]
+                base = (f" | baseline {b['rps']:.0f} r/s, fg/baseline {ratio(f, b['rps'])}, "
+                        f"p99 {b['p99_ms']}")
             print(f"{sc:<10} {c:>5} | {d:>10.0f} {n:>10.0f} {f:>10.0f} | "
                   f"{rn if rn is not None else '-':>8} {rd if rd is not None else '-':>9} | "
                   f"{lat(row, 'p50_ms'):>20} | {lat(row, 'p99_ms'):>20} | "
-                  f"{lat(row, 'p99.9_ms'):>22}")
+                  f"{lat(row, 'p99.9_ms'):>22}{base}")
 
 
 def print_markdown(path):
@@ -548,17 +553,24 @@ def print_markdown(path):
     with open(path) as f:
         out = json.load(f)
     res = out["results"]
+    has_base = any("baseline" in row for by_c in res.values() for c, row in by_c.items()
+                   if c.isdigit())
+    extra = " baseline/nginx r/s | fg/baseline r/s |" if has_base else ""
     print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/direct r/s | "
-          "fg/nginx p99 | fencegate p50 / p99 / p99.9 ms |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+          f"fg/nginx p99 | fencegate p50 / p99 / p99.9 ms |{extra}")
+    print("|---|---:|---:|---:|---:|---:|---|" + ("---:|---:|" if has_base else ""))
     for sc, by_c in res.items():
         for c, row in by_c.items():
             if not c.isdigit():
                 continue
             f, n, d = (row[t] for t in ("fencegate", "nginx", "direct"))
+            cols = ""
+            if has_base:
+                b = row.get("baseline", {}).get("rps")
+                cols = f" {ratio(b, n['rps'])} | {ratio(f['rps'], b)} |"
             print(f"| {sc} | {c} | {f['rps']:.0f} | {ratio(f['rps'], n['rps'])} | "
                   f"{ratio(f['rps'], d['rps'])} | {ratio(f['p99_ms'], n['p99_ms'])} | "
-                  f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} |")
+                  f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} |{cols}")
 
 
 def main():
@@ -567,6 +579,9 @@ def main():
                     help="a few seconds in total, only proves the harness works")
     ap.add_argument("--fencegate", default=os.environ.get("FENCEGATE_BIN"),
                     help="fencegate binary (default: build it in build/)")
+    ap.add_argument("--baseline", metavar="PATH",
+                    help="also run this (older) fencegate binary as a fourth target, "
+                         "interleaved with the others, to compare two builds in one run")
     ap.add_argument("--out", help="JSON output (default: bench/load/results/latest.json, "
                                   "with --quick: bench/load/results/quick.json)")
     ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 4),
@@ -633,7 +648,8 @@ def main():
     started = time.monotonic()
     out = {"meta": {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "quick": args.quick, "fencegate": args.fencegate, "threads": args.threads,
+        "quick": args.quick, "fencegate": args.fencegate, "baseline": args.baseline,
+        "threads": args.threads,
         "nginx_proxy_workers": args.threads, "backend_workers": args.backend_workers,
         "wrk_threads": args.wrk_threads, "duration_s": args.duration, "rounds": args.rounds,
         "access_log": args.access_log, "cpus": os.cpu_count(), "kernel": platform.release(),
@@ -658,20 +674,27 @@ def main():
         log(f"work dir {work}; backend :{backend_port}, nginx proxy :{proxy_port} "
             f"({args.threads} workers), fencegate {args.threads} threads")
 
+        targets = TARGETS + (("baseline",) if args.baseline else ())
         for sc in scenarios:
             durability = "sync" if sc == "put_sync" else "async"
             fg = Fencegate(procs, args.fencegate, work, f"fg-{sc}", args.threads, backend_port,
                            durability, args.access_log)
+            base = None
+            if args.baseline:
+                base = Fencegate(procs, args.baseline, work, f"fg-base-{sc}", args.threads,
+                                 backend_port, durability, args.access_log)
             urls = {"direct": f"http://127.0.0.1:{backend_port}",
                     "nginx": f"http://127.0.0.1:{proxy_port}",
                     "fencegate": f"http://127.0.0.1:{fg.port}"}
+            if base:
+                urls["baseline"] = f"http://127.0.0.1:{base.port}"
             out["results"][sc] = {}
             try:
                 for c in concs:
-                    rounds = {t: [] for t in TARGETS}
+                    rounds = {t: [] for t in targets}
                     fsyncs = []
                     for rnd in range(args.rounds):
-                        for t in TARGETS:
+                        for t in targets:
                             counter = recorder = None
                             if sc == "put_sync" and t == "fencegate":
                                 counter = count_fsyncs_start(fg.pid, args.duration)
@@ -680,7 +703,8 @@ def main():
                                                              args.duration)
                             sys_counter = None
                             if args.syscalls and rnd == 0 and t != "direct":
-                                pids = [fg.pid] if t == "fencegate" else nginx_pids(nginx_proxy.pid)
+                                pids = ([fg.pid] if t == "fencegate" else [base.pid]
+                                        if t == "baseline" else nginx_pids(nginx_proxy.pid))
                                 sys_counter = syscalls_start(pids, args.duration)
                             r = run_wrk(args, urls[t], sc, c, args.duration)
                             if sys_counter is not None:
@@ -705,7 +729,7 @@ def main():
                                     problems.append(f"{sc} c={c} {t}: socket errors {e}")
                             log(f"{sc:<9} c={c:<4} round {rnd + 1} {t:<9} "
                                 f"{r.get('rps', 0):10.0f} r/s")
-                    row = {t: summarize(rounds[t]) for t in TARGETS}
+                    row = {t: summarize(rounds[t]) for t in targets}
                     row["rounds"] = rounds
                     if fsyncs:
                         row["fencegate"]["fsyncs_per_s"] = round(statistics.mean(fsyncs), 1)
@@ -720,6 +744,8 @@ def main():
                 out["results"][sc]["fencegate_rss_kib_after"] = fg_rss
             finally:
                 fg.stop()
+                if base:
+                    base.stop()
             if fg.proc.returncode not in (0, None):
                 problems.append(f"{sc}: fencegate exited with {fg.proc.returncode}")
 
@@ -752,6 +778,13 @@ def main():
                 "fg_over_direct_rps": ratio(f["rps"], d["rps"]),
                 "fg_over_nginx_p99": ratio(f["p99_ms"], n["p99_ms"]),
             }
+            if "baseline" in row:
+                b = row["baseline"]
+                out["ratios"][sc][c].update({
+                    "fg_over_baseline_rps": ratio(f["rps"], b["rps"]),
+                    "baseline_over_nginx_rps": ratio(b["rps"], n["rps"]),
+                    "fg_over_baseline_p99": ratio(f["p99_ms"], b["p99_ms"]),
+                })
     res = out["results"]
     targets = {}
     if "get" in res:
