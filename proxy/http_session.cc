@@ -25,6 +25,30 @@ double Millis(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
+// Feeds `parser` what `buffer` already holds, as http::async_read would
+// before its first read, but without the asynchronous round trip: true when
+// that was enough (`done(parser)`, or an error other than need_more, in
+// `ec`); false when bytes must still be read (then async_read carries on
+// from where this stopped).
+template <class Parser, class Done>
+bool ParseBuffered(Parser& parser, beast::flat_buffer& buffer, Done done, beast::error_code& ec) {
+  while (!done(parser)) {
+    if (buffer.size() == 0) return false;
+    size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more) {
+      ec = {};
+      return false;
+    }
+    if (ec) return true;
+    if (used == 0) return false;  // no progress: let async_read decide
+  }
+  return true;
+}
+
+constexpr auto kHeaderDone = [](const auto& parser) { return parser.is_header_done(); };
+constexpr auto kMessageDone = [](const auto& parser) { return parser.is_done(); };
+
 // Responses that never carry a body, whatever their headers say.
 }  // namespace
 
@@ -108,6 +132,10 @@ void HttpSession::DoWaitForRequest() {
 }
 
 void HttpSession::StartHeaderRead() {
+  // Usually the whole head came with the first read (DoWaitForRequest, or
+  // behind the previous request when pipelined).
+  ec_t ec;
+  if (ParseBuffered(*req_parser_, buffer_, kHeaderDone, ec)) return OnReadHeader(ec);
   stream_.expires_after(config_.limits.header_timeout);
   http::async_read_header(stream_, buffer_, *req_parser_,
                           [self = shared_from_this()](ec_t ec, size_t) { self->OnReadHeader(ec); });
@@ -309,6 +337,8 @@ void HttpSession::DoRequestBody() {
     if (want > buffer_.size()) {
       buffer_.reserve(buffer_.size() + std::min<uint64_t>(want - buffer_.size(), kBodyBufferSize));
     }
+    ec_t ec;
+    if (ParseBuffered(*req_parser_, buffer_, kMessageDone, ec)) return OnRequestBodyRead(ec);
     stream_.expires_after(config_.limits.idle_timeout);
     http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
       self->OnRequestBodyRead(ec);
@@ -444,6 +474,8 @@ void HttpSession::DoWholeResponseBody(uint64_t length) {
   body.data = Buffer(length);
   body.size = body_capacity_;
   if (length > up_buffer_.size()) up_buffer_.reserve(up_buffer_.size() + length);
+  ec_t ec;
+  if (ParseBuffered(*res_parser_, up_buffer_, kMessageDone, ec)) return OnWholeResponseBody(ec);
   upstream_->expires_after(config_.upstream.timeout);
   http::async_read(*upstream_, up_buffer_, *res_parser_,
                    [self = shared_from_this()](ec_t ec, size_t) {

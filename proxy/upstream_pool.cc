@@ -3,7 +3,6 @@
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
-#include <boost/asio/post.hpp>
 
 namespace fencegate::proxy {
 
@@ -56,10 +55,7 @@ void UpstreamPool::Acquire(Handler handler, bool fresh, bool probe) {
     idle_.pop_back();
     if (!now) now = Clock::now();
     if ((!probe && *now - since < kProbeAfter) || LooksAlive(*c)) {
-      asio::post(ioc_, [h = std::move(handler), c = std::move(c)]() mutable {
-        h({}, std::move(c), true);
-      });
-      return;
+      return handler({}, std::move(c), true);  // at once: no trip through the event loop
     }
     beast::error_code ignored;
     c->socket().close(ignored);

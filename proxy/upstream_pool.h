@@ -26,7 +26,8 @@ class UpstreamPool {
   using Executor = boost::asio::io_context::executor_type;
   using Stream = boost::beast::basic_stream<boost::asio::ip::tcp, Executor>;
   using Connection = std::unique_ptr<Stream>;
-  // Called on the pool's io_context; `reused` tells a pooled connection.
+  // Called on the pool's io_context: inside Acquire for a pooled connection
+  // (`reused`), later for a new one.
   using Handler = std::function<void(boost::beast::error_code, Connection, bool reused)>;
 
   UpstreamPool(boost::asio::io_context& ioc, const config::UpstreamConfig& config);
