@@ -46,7 +46,7 @@ std::function<bool(const Field&)> DurationInto(YamlReader& r, Duration* out) {
 
 bool ReadUpstreamUrl(YamlReader& r, const Field& f, UpstreamConfig* up) {
   static constexpr std::string_view kExpected =
-      "an http URL with a host, e.g. http://127.0.0.1:9000 or http://backend:8080/base";
+      "an http or https URL with a host, e.g. http://127.0.0.1:9000 or https://backend:8443/base";
   std::string text;
   if (!r.NonEmptyString(f, kExpected, &text)) return false;
   auto parsed = boost::urls::parse_uri(text);
@@ -54,10 +54,8 @@ bool ReadUpstreamUrl(YamlReader& r, const Field& f, UpstreamConfig* up) {
     return r.Fail(f, "'" + text + "' is not a URL: " + parsed.error().message(), kExpected);
   }
   const boost::urls::url_view& url = *parsed;
-  if (url.scheme_id() == boost::urls::scheme::https) {
-    return r.Fail(f, "https is not supported yet (TLS to the upstream is planned)", kExpected);
-  }
-  if (url.scheme_id() != boost::urls::scheme::http) {
+  const bool https = url.scheme_id() == boost::urls::scheme::https;
+  if (!https && url.scheme_id() != boost::urls::scheme::http) {
     return r.Fail(f, "scheme '" + std::string(url.scheme()) + "' is not supported", kExpected);
   }
   if (url.has_userinfo()) return r.Fail(f, "must not contain user info ('user@')", kExpected);
@@ -69,7 +67,7 @@ bool ReadUpstreamUrl(YamlReader& r, const Field& f, UpstreamConfig* up) {
                  url.encoded_host_address().find('%') == std::string_view::npos;
   if (!host_ok) return r.Fail(f, "'" + text + "' has no usable host", kExpected);
 
-  uint16_t port = 80;
+  uint16_t port = https ? 443 : 80;
   if (url.has_port() && !url.port().empty()) {
     std::optional<Endpoint> probe = ParseEndpoint("0.0.0.0:" + std::string(url.port()));
     if (!probe || probe->port == 0) {
@@ -87,9 +85,108 @@ bool ReadUpstreamUrl(YamlReader& r, const Field& f, UpstreamConfig* up) {
   while (!base_path.empty() && base_path.back() == '/') base_path.pop_back();
 
   up->url = std::move(text);
+  up->https = https;
   up->host = std::move(host);
   up->port = port;
   up->base_path = std::move(base_path);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// TLS sections. Files are only named here; tls/ reads them (--check too).
+
+bool ReadTlsVersion(YamlReader& r, const Field& f, TlsVersion* out) {
+  std::string value;
+  if (!r.Choice(f, {"1.2", "1.3"}, &value)) return false;
+  *out = value == "1.2" ? TlsVersion::kTls12 : TlsVersion::kTls13;
+  return true;
+}
+
+std::function<bool(const Field&)> FileInto(YamlReader& r, FileRef* out) {
+  return [&r, out](const Field& v) {
+    std::string path;
+    if (!r.String(v, &path)) return false;
+    if (path.find('\0') != std::string::npos) {
+      return r.Fail(v, "contains a NUL byte", "a file path");
+    }
+    *out = FileRef{std::move(path), v.line};
+    return true;
+  };
+}
+
+// A DNS name or an IP address: what SNI and the certificate check use.
+bool IsServerName(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// upstream.tls and storage.etcd.tls: a TLS client's settings.
+bool ReadClientTls(YamlReader& r, const Field& f, ClientTlsConfig* tls) {
+  tls->present = true;
+  tls->line = f.line;
+  bool ok = r.Map(f, Keys{
+      {"ca_file", FileInto(r, &tls->ca_file)},
+      {"verify", [&](const Field& v) { return r.Bool(v, &tls->verify); }},
+      {"server_name", [&](const Field& v) {
+         std::string name;
+         if (!r.String(v, &name)) return false;
+         if (!name.empty() && !IsServerName(name)) {
+           return r.Fail(v, "'" + name + "' is not a host name",
+                         "a DNS name or IP address such as backend.internal, or \"\" for the "
+                         "URL's host");
+         }
+         tls->server_name = std::move(name);
+         return true;
+       }},
+      {"cert_file", FileInto(r, &tls->cert_file)},
+      {"key_file", FileInto(r, &tls->key_file)},
+      {"min_version", [&](const Field& v) { return ReadTlsVersion(r, v, &tls->min_version); }},
+  });
+  if (!ok) return false;
+  static constexpr std::string_view kPair =
+      "both cert_file and key_file for a client certificate, or neither";
+  if (tls->cert_file.empty() != tls->key_file.empty()) {
+    const bool cert = !tls->cert_file.empty();
+    const FileRef& set = cert ? tls->cert_file : tls->key_file;
+    return r.Fail(f.Child(f.node, cert ? "cert_file" : "key_file", set.line),
+                  cert ? "is set without key_file" : "is set without cert_file", kPair);
+  }
+  if (!tls->verify && !tls->ca_file.empty()) {
+    return r.Fail(f.Child(f.node, "ca_file", tls->ca_file.line),
+                  "is set, but verify is false, so no certificate would be checked against it",
+                  "verify: true (the default) with a ca_file, or no ca_file");
+  }
+  return true;
+}
+
+// `tls:` at the root: the client listener's certificate and key.
+bool ReadListenerTls(YamlReader& r, const Field& f, ListenerTlsConfig* tls) {
+  tls->enabled = true;
+  tls->line = f.line;
+  bool ok = r.Map(f, Keys{
+      {"cert_file", FileInto(r, &tls->cert_file)},
+      {"key_file", FileInto(r, &tls->key_file)},
+      {"client_ca_file", FileInto(r, &tls->client_ca_file)},
+      {"min_version", [&](const Field& v) { return ReadTlsVersion(r, v, &tls->min_version); }},
+  });
+  if (!ok) return false;
+  struct Required {
+    const char* name;
+    const FileRef& file;
+    const char* expected;
+  };
+  for (const Required& req :
+       {Required{"cert_file", tls->cert_file, "the listener's certificate chain, a PEM file"},
+        Required{"key_file", tls->key_file, "the private key of cert_file, a PEM file"}}) {
+    if (!req.file.empty()) continue;
+    Field field = f.Child(f.node, req.name, req.file.line > 0 ? req.file.line : f.line);
+    return r.Fail(field, req.file.line > 0 ? "is empty" : "is missing", req.expected);
+  }
   return true;
 }
 
@@ -105,10 +202,16 @@ bool ReadUpstream(YamlReader& r, const Field& f, UpstreamConfig* up) {
          up->max_idle_connections = static_cast<uint32_t>(n);
          return true;
        }},
+      {"tls", [&](const Field& v) { return ReadClientTls(r, v, &up->tls); }},
   });
   if (ok && !has_url) {
     return r.Fail(f.Child(f.node, "url", f.line), "is missing",
                   "the backend's URL, e.g. url: http://127.0.0.1:9000");
+  }
+  if (ok && up->tls.present && !up->https) {
+    return r.Fail(f.Child(f.node, "tls", up->tls.line),
+                  "is set, but upstream.url '" + up->url + "' is not https, so it would not be used",
+                  "an https:// url (which turns TLS on), or no tls section");
   }
   return ok;
 }
@@ -132,24 +235,46 @@ bool ReadFencing(YamlReader& r, const Field& f, FencingConfig* fencing) {
 bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
   auto read_etcd = [&](const Field& v) {
     EtcdConfig& etcd = storage->etcd;
-    return r.Map(v, Keys{
+    bool ok = r.Map(v, Keys{
         {"endpoints", [&](const Field& list) {
            static constexpr std::string_view kExpected =
                "a non-empty list of etcd URLs such as [\"http://127.0.0.1:2379\"]";
+           static constexpr std::string_view kUrl =
+               "an http:// or https:// URL with a host, e.g. https://10.0.0.1:2379";
            std::vector<std::string> endpoints;
+           std::optional<bool> https;
            bool ok = r.Sequence(list, kExpected, [&](const Field& item) {
              std::string url;
              if (!r.NonEmptyString(item, kExpected, &url)) return false;
+             auto parsed = boost::urls::parse_uri(url);
+             bool is_https = parsed && parsed->scheme_id() == boost::urls::scheme::https;
+             bool is_http = parsed && parsed->scheme_id() == boost::urls::scheme::http;
+             if ((!is_http && !is_https) || parsed->host_address().empty()) {
+               return r.Fail(item, "'" + url + "' is not an etcd URL", kUrl);
+             }
+             if (https && *https != is_https) {
+               return r.Fail(item, "mixes http and https endpoints",
+                             "the same scheme for every endpoint");
+             }
+             https = is_https;
              endpoints.push_back(std::move(url));
              return true;
            });
            if (!ok) return false;
            if (endpoints.empty()) return r.Fail(list, "is an empty list", kExpected);
            etcd.endpoints = std::move(endpoints);
+           etcd.https = *https;
            return true;
          }},
         {"prefix", [&](const Field& p) { return r.String(p, &etcd.prefix); }},
+        {"tls", [&](const Field& t) { return ReadClientTls(r, t, &etcd.tls); }},
     });
+    if (ok && etcd.tls.present && !etcd.https) {
+      return r.Fail(v.Child(v.node, "tls", etcd.tls.line),
+                    "is set, but storage.etcd.endpoints are not https, so it would not be used",
+                    "https:// endpoints (which turn TLS on), or no tls section");
+    }
+    return ok;
   };
   return r.Map(f, Keys{
       {"engine",
@@ -233,6 +358,7 @@ bool ReadRoot(YamlReader& r, const Field& root, Config* c) {
          c->endpoint = *endpoint;
          return true;
        }},
+      {"tls", [&](const Field& v) { return ReadListenerTls(r, v, &c->tls); }},
       {"threads", [&](const Field& v) {
          uint64_t n = 0;
          if (!r.Unsigned(v, 0, kMaxThreads, &n)) return false;

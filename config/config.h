@@ -31,12 +31,56 @@ struct Endpoint {
   bool operator==(const Endpoint&) const = default;
 };
 
+enum class TlsVersion { kTls12, kTls13 };
+std::string_view ToString(TlsVersion version);  // "1.2" | "1.3"
+
+// A file that the config names, with the line that names it. Such files are
+// read after Load() (the TLS contexts, tls/), whose errors still name the
+// file, the line and the field. Relative paths are relative to the working
+// directory, as storage.path is.
+struct FileRef {
+  std::string path;  // "" = not set
+  int line = 0;      // 0 = not in the file
+
+  bool empty() const { return path.empty(); }
+  bool operator==(const FileRef&) const = default;
+};
+
+// `tls:` at the root: TLS on the client listener. Section absent = plain HTTP.
+struct ListenerTlsConfig {
+  bool enabled = false;            // the section is present
+  FileRef cert_file;               // required: certificate chain, PEM, the server's first
+  FileRef key_file;                // required: its private key, PEM, not encrypted
+  FileRef client_ca_file;          // "" = no client certificates; else required from every
+                                   // client and verified against these CAs (mTLS)
+  TlsVersion min_version = TlsVersion::kTls12;
+  int line = 0;                    // line of the section
+
+  bool operator==(const ListenerTlsConfig&) const = default;
+};
+
+// A TLS client (upstream.tls, storage.etcd.tls). Only used with https URLs.
+struct ClientTlsConfig {
+  bool present = false;            // the section is in the file
+  FileRef ca_file;                 // "" = the system trust store
+  bool verify = true;              // false: no certificate check at all (warned at start)
+  std::string server_name;         // SNI and the name verified; "" = the URL's host
+  FileRef cert_file;               // client certificate (chain, PEM); with key_file, or neither
+  FileRef key_file;
+  TlsVersion min_version = TlsVersion::kTls12;
+  int line = 0;                    // line of the section
+
+  bool operator==(const ClientTlsConfig&) const = default;
+};
+
 struct UpstreamConfig {
   std::string url;                     // required, e.g. "http://127.0.0.1:9000"
   // Derived from url by Load():
+  bool https = false;                  // scheme https: TLS to the upstream (see tls)
   std::string host;                    // "127.0.0.1"
-  uint16_t port = 80;                  // explicit port or 80 for http
+  uint16_t port = 80;                  // explicit port, else 80 for http, 443 for https
   std::string base_path;               // url path without trailing '/', "" for root
+  ClientTlsConfig tls;                 // upstream.tls; an error unless the url is https
   Duration connect_timeout{1000};      // default 1s
   Duration timeout{30000};             // default 30s: whole upstream exchange
   uint32_t max_idle_connections = 64;  // idle keep-alive connections kept
@@ -72,8 +116,12 @@ enum class Durability { kSync, kAsync };
 std::string_view ToString(Durability durability);  // "sync" | "async"
 
 struct EtcdConfig {
+  // http:// or https:// URLs, all with the same scheme. The etcd engine is
+  // planned: today these are only validated.
   std::vector<std::string> endpoints{"http://127.0.0.1:2379"};
   std::string prefix = "fencegate/";
+  bool https = false;   // derived: the endpoints are https
+  ClientTlsConfig tls;  // storage.etcd.tls; an error unless the endpoints are https
 
   bool operator==(const EtcdConfig&) const = default;
 };
@@ -139,6 +187,7 @@ struct Config {
   std::string source;                 // file name the config came from
   std::string listen = "127.0.0.1:8080";
   Endpoint endpoint;                  // derived from listen
+  ListenerTlsConfig tls;              // TLS on the client listener (off by default)
   unsigned threads = 0;               // 0 = one per core
   UpstreamConfig upstream;
   FencingConfig fencing;

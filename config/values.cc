@@ -94,6 +94,16 @@ std::string_view ToString(RouteMode mode) {
   return "?";
 }
 
+std::string_view ToString(TlsVersion version) {
+  switch (version) {
+    case TlsVersion::kTls12:
+      return "1.2";
+    case TlsVersion::kTls13:
+      return "1.3";
+  }
+  return "?";
+}
+
 std::string_view ToString(Durability durability) {
   switch (durability) {
     case Durability::kSync:

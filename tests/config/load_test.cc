@@ -68,10 +68,24 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(c.listen, "127.0.0.1:8081");
   EXPECT_EQ(c.endpoint, (Endpoint{"127.0.0.1", 8081}));
   EXPECT_EQ(c.threads, 4u);
-  EXPECT_EQ(c.upstream.url, "http://127.0.0.1:9000/api/");
+  EXPECT_EQ(c.upstream.url, "https://127.0.0.1:9000/api/");
+  EXPECT_TRUE(c.upstream.https);
   EXPECT_EQ(c.upstream.host, "127.0.0.1");
   EXPECT_EQ(c.upstream.port, 9000);
   EXPECT_EQ(c.upstream.base_path, "/api");
+  EXPECT_TRUE(c.tls.enabled);
+  EXPECT_EQ(c.tls.cert_file, (FileRef{"/etc/fencegate/tls/server.pem", 9}));
+  EXPECT_EQ(c.tls.key_file, (FileRef{"/etc/fencegate/tls/server.key", 10}));
+  EXPECT_EQ(c.tls.client_ca_file, (FileRef{"/etc/fencegate/tls/clients-ca.pem", 11}));
+  EXPECT_EQ(c.tls.min_version, TlsVersion::kTls13);
+  const ClientTlsConfig& up = c.upstream.tls;
+  EXPECT_TRUE(up.present);
+  EXPECT_EQ(up.ca_file, (FileRef{"/etc/fencegate/tls/backend-ca.pem", 24}));
+  EXPECT_TRUE(up.verify);
+  EXPECT_EQ(up.server_name, "backend.internal");
+  EXPECT_EQ(up.cert_file, (FileRef{"/etc/fencegate/tls/client.pem", 27}));
+  EXPECT_EQ(up.key_file, (FileRef{"/etc/fencegate/tls/client.key", 28}));
+  EXPECT_EQ(up.min_version, TlsVersion::kTls13);
   EXPECT_EQ(c.upstream.connect_timeout, Duration(2000));
   EXPECT_EQ(c.upstream.timeout, Duration(45000));
   EXPECT_EQ(c.upstream.max_idle_connections, 32u);
@@ -87,7 +101,7 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(objects.key, "{path}");
   EXPECT_EQ(objects.mode, RouteMode::kEnforce);
   EXPECT_EQ(objects.idempotency, std::nullopt);
-  EXPECT_EQ(objects.line, 20);
+  EXPECT_EQ(objects.line, 36);
   const RouteConfig& tenants = c.routes[1];
   EXPECT_EQ(tenants.name, "tenants");
   EXPECT_EQ(tenants.path_prefix, "");
@@ -96,14 +110,23 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(tenants.key, "tenant:{1}");
   EXPECT_EQ(tenants.mode, RouteMode::kShadow);
   EXPECT_EQ(tenants.idempotency, Duration(24 * 3600 * 1000));
-  EXPECT_EQ(tenants.line, 26);
+  EXPECT_EQ(tenants.line, 42);
 
   EXPECT_EQ(c.storage.engine, "rocksdb");
   EXPECT_EQ(c.storage.path, "/var/lib/fencegate");
   EXPECT_EQ(c.storage.durability, Durability::kAsync);
   EXPECT_EQ(c.storage.etcd.endpoints,
-            (std::vector<std::string>{"http://10.0.0.1:2379", "http://10.0.0.2:2379"}));
+            (std::vector<std::string>{"https://10.0.0.1:2379", "https://10.0.0.2:2379"}));
   EXPECT_EQ(c.storage.etcd.prefix, "fg/");
+  EXPECT_TRUE(c.storage.etcd.https);
+  const ClientTlsConfig& etcd = c.storage.etcd.tls;
+  EXPECT_TRUE(etcd.present);
+  EXPECT_EQ(etcd.ca_file.path, "/etc/fencegate/tls/etcd-ca.pem");
+  EXPECT_TRUE(etcd.verify);
+  EXPECT_EQ(etcd.server_name, "etcd.internal");
+  EXPECT_EQ(etcd.cert_file.path, "/etc/fencegate/tls/etcd-client.pem");
+  EXPECT_EQ(etcd.key_file.path, "/etc/fencegate/tls/etcd-client.key");
+  EXPECT_EQ(etcd.min_version, TlsVersion::kTls13);
   EXPECT_EQ(c.admin.listen, "127.0.0.1:9902");
   EXPECT_EQ(c.admin.endpoint, (Endpoint{"127.0.0.1", 9902}));
   EXPECT_EQ(c.admin.token, "change-me");
@@ -130,6 +153,15 @@ TEST(LoadTest, FullExampleSetsEveryFieldAwayFromItsDefault) {
   Config minimal = LoadFile(kExamples / "minimal.yaml");
   EXPECT_NE(full.listen, minimal.listen);
   EXPECT_NE(full.threads, minimal.threads);
+  EXPECT_NE(full.tls.enabled, minimal.tls.enabled);
+  EXPECT_NE(full.tls.client_ca_file, minimal.tls.client_ca_file);
+  EXPECT_NE(full.tls.min_version, minimal.tls.min_version);
+  EXPECT_NE(full.upstream.https, minimal.upstream.https);
+  EXPECT_NE(full.upstream.tls.ca_file, minimal.upstream.tls.ca_file);
+  EXPECT_NE(full.upstream.tls.server_name, minimal.upstream.tls.server_name);
+  EXPECT_NE(full.upstream.tls.cert_file, minimal.upstream.tls.cert_file);
+  EXPECT_NE(full.upstream.tls.min_version, minimal.upstream.tls.min_version);
+  EXPECT_NE(full.storage.etcd.tls, minimal.storage.etcd.tls);
   EXPECT_NE(full.upstream.connect_timeout, minimal.upstream.connect_timeout);
   EXPECT_NE(full.upstream.timeout, minimal.upstream.timeout);
   EXPECT_NE(full.upstream.max_idle_connections, minimal.upstream.max_idle_connections);
@@ -213,6 +245,8 @@ TEST(LoadTest, UpstreamUrlIsSplitIntoHostPortAndBasePath) {
       {"HTTP://Backend:1/x", "Backend", 1, "/x"},
       {"http://[::1]:9000/api", "::1", 9000, "/api"},
       {"http://backend:/x", "backend", 80, "/x"},
+      {"https://backend", "backend", 443, ""},
+      {"https://backend:8443/v1", "backend", 8443, "/v1"},
   };
   for (const Case& c : cases) {
     Config config = MustLoad(std::string("upstream: {url: \"") + c.url + "\"}\n");
@@ -220,6 +254,7 @@ TEST(LoadTest, UpstreamUrlIsSplitIntoHostPortAndBasePath) {
     EXPECT_EQ(config.upstream.host, c.host) << c.url;
     EXPECT_EQ(config.upstream.port, c.port) << c.url;
     EXPECT_EQ(config.upstream.base_path, c.base_path) << c.url;
+    EXPECT_EQ(config.upstream.https, std::string_view(c.url).substr(0, 6) == "https:") << c.url;
   }
 }
 
