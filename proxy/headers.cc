@@ -88,10 +88,10 @@ std::vector<std::string_view> ListValues(const http::fields& in, std::string_vie
 }  // namespace
 
 void SetForwardingFields(const http::fields& in, http::fields& out, std::string_view client_ip,
-                         unsigned trusted_hops) {
+                         unsigned trusted_hops, std::string_view own_proto) {
   std::string xff;
   std::string forwarded;
-  std::string proto = "http";
+  std::string proto(own_proto);
   if (trusted_hops > 0) {
     auto hops = ListValues(in, "X-Forwarded-For");
     size_t first = hops.size() > trusted_hops ? hops.size() - trusted_hops : 0;
@@ -160,7 +160,8 @@ void BuildUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
   CopyEndToEndFields(req.base(), out->base(),
                      config.fencing.forward_token ? std::string_view{}
                                                   : std::string_view{config.fencing.token_header});
-  SetForwardingFields(req.base(), out->base(), client_ip, config.forwarding.trusted_hops);
+  SetForwardingFields(req.base(), out->base(), client_ip, config.forwarding.trusted_hops,
+                      config.tls.enabled ? "https" : "http");
   out->set("X-Request-Id", request_id);
   if (out->find(http::field::host) == out->end()) {
     out->set(http::field::host, config.upstream.host + ":" + std::to_string(config.upstream.port));

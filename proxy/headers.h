@@ -32,9 +32,11 @@ bool IsForwardingField(std::string_view name);
 // whatever the client sent in those headers is dropped (it could be forged);
 // with N > 0 the last N X-Forwarded-For entries and the incoming
 // X-Forwarded-Proto/Forwarded (set by the trusted proxies) are kept and the
-// peer is appended.
+// peer is appended. `proto` is how the client reached fencegate ("https" on
+// a TLS listener), used unless a trusted proxy said otherwise.
 void SetForwardingFields(const boost::beast::http::fields& in, boost::beast::http::fields& out,
-                         std::string_view client_ip, unsigned trusted_hops);
+                         std::string_view client_ip, unsigned trusted_hops,
+                         std::string_view proto = "http");
 
 // A request id a client may choose: 1..128 of [A-Za-z0-9._:-]. Anything else
 // is replaced by a generated one.

@@ -53,7 +53,10 @@ constexpr auto kMessageDone = [](const auto& parser) { return parser.is_done(); 
 }  // namespace
 
 HttpSession::HttpSession(Listener::Socket&& socket, ProxyContext& context, Worker& worker)
-    : stream_(std::move(socket)), ctx_(context), worker_(worker), config_(*context.config) {
+    : stream_(UpstreamPool::Tcp(std::move(socket)), context.listener_tls.get()),
+      ctx_(context),
+      worker_(worker),
+      config_(*context.config) {
   ctx_.active_connections.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -66,7 +69,9 @@ void HttpSession::Run() {
   worker_.sessions.insert(this);
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
-  stream_.socket().non_blocking(true, ec);  // for TryWriteNow; async operations do not mind
+  // For TryWriteNow, plain TCP only (TLS bytes go through OpenSSL); async
+  // operations do not mind.
+  if (!stream_.tls()) stream_.socket().non_blocking(true, ec);
   auto peer = stream_.socket().remote_endpoint(ec);
   if (!ec) {
     auto address = peer.address();
@@ -75,7 +80,38 @@ void HttpSession::Run() {
     }
     client_ip_ = address.to_string();
   }
+  if (auto* tls = stream_.tls_stream()) {
+    idle_ = true;  // no request yet: a drain closes it
+    stream_.expires_after(config_.limits.header_timeout);
+    return tls->async_handshake(asio::ssl::stream_base::server,
+                                [self = shared_from_this()](ec_t ec) { self->OnHandshake(ec); });
+  }
   DoReadHeader();
+}
+
+void HttpSession::OnHandshake(ec_t ec) {
+  if (ec) {
+    // Scanners, plain HTTP on the TLS port, clients without a certificate
+    // (mTLS), clients that distrust ours: this connection only.
+    spdlog::info("TLS handshake with {} failed: {}", client_ip_, ec.message());
+    return Close();
+  }
+  DoReadHeader();
+}
+
+void HttpSession::CloseAfterResponse() {
+  auto* tls = stream_.tls_stream();
+  if (tls == nullptr) {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    return Close();
+  }
+  // close_notify tells the client the response was not cut short; its
+  // answer is awaited only briefly (many clients just close).
+  static constexpr std::chrono::milliseconds kTlsShutdownTimeout{1000};
+  stream_.expires_after(std::min<std::chrono::milliseconds>(config_.limits.header_timeout,
+                                                            kTlsShutdownTimeout));
+  tls->async_shutdown([self = shared_from_this()](ec_t) { self->Close(); });
 }
 
 void HttpSession::Drain() {
@@ -635,11 +671,7 @@ void HttpSession::FinishRequest(bool keep_alive) {
   // The wait for the next request reads into 4 KiB of buffer_ again at once
   // (DoWaitForRequest): keep that much rather than free and reallocate it.
   if (buffer_.capacity() > kWaitReadSize) buffer_.shrink_to_fit();
-  if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    return Close();
-  }
+  if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) return CloseAfterResponse();
   DoReadHeader();
 }
 

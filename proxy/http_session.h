@@ -21,6 +21,7 @@
 #include "proxy/client_limit.h"
 #include "proxy/fence_filter.h"
 #include "proxy/listener.h"
+#include "proxy/maybe_tls_stream.h"
 #include "proxy/proxy_context.h"
 #include "proxy/replies.h"
 
@@ -43,6 +44,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  private:
   using Clock = std::chrono::steady_clock;
   using ec_t = boost::beast::error_code;
+
+  // TLS listener: the handshake, within header_timeout, before the first head.
+  void OnHandshake(ec_t ec);
+  // After the last response: TLS close_notify (bounded), then Close().
+  void CloseAfterResponse();
 
   // Request head and decision.
   void DoReadHeader();
@@ -87,7 +93,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // bytes (at least 1), body_capacity_ in all.
   char* Buffer(uint64_t want = kBodyBufferSize);
 
-  // The worker's concrete executor type, as the pool's connections.
+  // The worker's concrete executor type, as the pool's connections; TLS when
+  // the listener has tls:.
   UpstreamPool::Stream stream_;
   ProxyContext& ctx_;
   Worker& worker_;

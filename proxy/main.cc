@@ -18,6 +18,7 @@
 #include "storage/export_import.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/token_store.h"
+#include "tls/tls_context.h"
 
 namespace {
 
@@ -43,7 +44,11 @@ std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
   return host + ":" + std::to_string(e.port());
 }
 
-int Serve(std::shared_ptr<const config::Config> cfg, bool test_faults) {
+int Serve(std::shared_ptr<const config::Config> cfg, bool test_faults, tls::Contexts tls) {
+  for (const std::string& warning : tls.warnings) spdlog::warn("{}", warning);
+  if (cfg->storage.etcd.https && cfg->storage.engine != "etcd") {
+    spdlog::debug("storage.etcd.tls was checked; it is used only with storage.engine: etcd");
+  }
   storage::StoreOptions options;
   options.engine = cfg->storage.engine;
   options.path = cfg->storage.path;
@@ -67,7 +72,7 @@ int Serve(std::shared_ptr<const config::Config> cfg, bool test_faults) {
 
   int code = kExitOk;
   {
-    proxy::Server server(cfg, *store, set_faults);
+    proxy::Server server(cfg, *store, set_faults, std::move(tls));
     // The lock service (locks.listen, SPEC section 8) runs on its own thread
     // and stops after the server's drain, before the store is closed.
     std::optional<locks::LockServer> lock_server;
@@ -245,17 +250,28 @@ int main(int argc, char** argv) {
               << route_error << "\n";
     return kExitConfig;
   }
+  // Every certificate, key and CA file is read now, so --check finds a
+  // missing file or a key that does not belong to its certificate.
+  tls::Contexts tls_contexts;
+  std::string tls_error;
+  if (!tool && !tls::Build(*cfg, &tls_contexts, &tls_error)) {
+    std::cerr << "fencegate: invalid configuration: " << tls_error << "\n";
+    return kExitConfig;
+  }
   if (check) {
     auto listener = [](const std::optional<config::Endpoint>& e) {
       return e ? e->ToString() : std::string("off");
     };
+    for (const std::string& warning : tls_contexts.warnings) {
+      std::cerr << "fencegate: warning: " << warning << "\n";
+    }
     std::cout << "configuration OK: " << config_path << " (proxy " << cfg->endpoint.ToString()
-              << ", admin " << listener(cfg->admin.endpoint) << ", locks "
+              << (cfg->tls.enabled ? " with TLS" : "") << ", admin " << listener(cfg->admin.endpoint) << ", locks "
               << listener(cfg->locks.endpoint) << ", upstream " << cfg->upstream.url << ")\n";
     return kExitOk;
   }
   if (export_cmd->parsed()) return RunExport(*cfg, export_output);
   if (import_cmd->parsed()) return RunImport(*cfg, import_input);
   SetUpLogging(cfg->log);
-  return Serve(std::move(cfg), test_faults);
+  return Serve(std::move(cfg), test_faults, std::move(tls_contexts));
 }

@@ -19,6 +19,7 @@ namespace fencegate::proxy {
 struct ProxyContext {
   std::shared_ptr<const config::Config> config;
   std::shared_ptr<const Router> router;
+  std::shared_ptr<boost::asio::ssl::context> listener_tls;  // nullptr: plain HTTP listener
   FenceSettings fence_settings;
   FenceFilter* fence = nullptr;
 
@@ -36,8 +37,9 @@ struct Worker {
   boost::asio::io_context& ioc;
   UpstreamPool pool;
   std::unordered_set<HttpSession*> sessions;  // live sessions, for draining
-  Worker(boost::asio::io_context& io, const config::UpstreamConfig& upstream)
-      : ioc(io), pool(io, upstream) {}
+  Worker(boost::asio::io_context& io, const config::UpstreamConfig& upstream,
+         boost::asio::ssl::context* upstream_tls = nullptr)
+      : ioc(io), pool(io, upstream, upstream_tls) {}
 };
 
 }  // namespace fencegate::proxy

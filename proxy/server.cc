@@ -35,8 +35,8 @@ std::optional<tcp::endpoint> ToTcp(const config::Endpoint& e, std::string* error
 }  // namespace
 
 Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore& store,
-               std::function<void(const storage::FaultSpec&)> set_faults)
-    : config_(std::move(config)), store_(store),
+               std::function<void(const storage::FaultSpec&)> set_faults, tls::Contexts tls)
+    : config_(std::move(config)), tls_(std::move(tls)), store_(store),
       queue_(config_->limits.max_waiting_per_key), fence_(store, queue_),
       iocs_([&] {
         std::vector<std::unique_ptr<asio::io_context>> v;
@@ -48,13 +48,16 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
       signals_(*iocs_[0], SIGTERM, SIGINT),
       drain_timer_(*iocs_[0]) {
   ctx_.config = config_;
+  ctx_.listener_tls = tls_.listener;
   ctx_.fence_settings.token_header = config_->fencing.token_header;
   ctx_.fence = &fence_;
   ctx_.clients = std::make_unique<ClientLimiter>(config_->limits.max_connections_per_client);
   admin_ctx_.config = config_;
   admin_ctx_.store = &store_;
   admin_ctx_.set_faults = std::move(set_faults);
-  for (auto& ioc : iocs_) workers_.push_back(std::make_unique<Worker>(*ioc, config_->upstream));
+  for (auto& ioc : iocs_) {
+    workers_.push_back(std::make_unique<Worker>(*ioc, config_->upstream, tls_.upstream.get()));
+  }
 }
 
 Server::~Server() = default;

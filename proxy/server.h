@@ -21,14 +21,16 @@
 #include "proxy/listener.h"
 #include "proxy/proxy_context.h"
 #include "storage/token_store.h"
+#include "tls/tls_context.h"
 
 namespace fencegate::proxy {
 
 class Server {
  public:
   // `set_faults` is empty unless the binary runs with --enable-test-faults.
+  // `tls`: the contexts tls::Build made from `config` (listener, upstream).
   Server(std::shared_ptr<const config::Config> config, storage::TokenStore& store,
-         std::function<void(const storage::FaultSpec&)> set_faults);
+         std::function<void(const storage::FaultSpec&)> set_faults, tls::Contexts tls = {});
   ~Server();
 
   // Builds the router and binds every listener. false + *error on failure.
@@ -50,6 +52,7 @@ class Server {
   void StopAll();
 
   std::shared_ptr<const config::Config> config_;
+  tls::Contexts tls_;
   storage::TokenStore& store_;
   KeyQueue queue_;
   FenceFilter fence_;

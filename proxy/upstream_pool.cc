@@ -4,14 +4,21 @@
 
 #include <boost/asio/connect.hpp>
 
+#include "tls/tls_context.h"
+
 namespace fencegate::proxy {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
-UpstreamPool::UpstreamPool(asio::io_context& ioc, const config::UpstreamConfig& config)
-    : ioc_(ioc), config_(config), resolver_(ioc) {
+UpstreamPool::UpstreamPool(asio::io_context& ioc, const config::UpstreamConfig& config,
+                           asio::ssl::context* tls)
+    : ioc_(ioc),
+      config_(config),
+      tls_(tls),
+      server_name_(config.tls.server_name.empty() ? config.host : config.tls.server_name),
+      resolver_(ioc) {
   boost::system::error_code ec;
   auto address = asio::ip::make_address(config_.host, ec);
   if (!ec) literal_ = tcp::endpoint(address, config_.port);
@@ -64,19 +71,21 @@ void UpstreamPool::Acquire(Handler handler, bool fresh, bool probe) {
 }
 
 void UpstreamPool::Connect(Handler handler) {
-  auto stream = std::make_shared<Connection>(std::make_unique<Stream>(ioc_));
-  (*stream)->expires_after(config_.connect_timeout);
-  auto connected = [stream, handler](beast::error_code ec) mutable {
+  auto stream =
+      std::make_shared<Connection>(std::make_unique<Stream>(Tcp(ioc_), tls_));
+  (*stream)->expires_after(config_.connect_timeout);  // the TLS handshake included
+  auto connected = [this, stream, handler](beast::error_code ec) mutable {
     if (ec) return handler(ec, nullptr, false);
     beast::error_code ignored;
     (*stream)->socket().set_option(tcp::no_delay(true), ignored);
+    if ((*stream)->tls()) return Handshake(std::move(stream), std::move(handler));
     // The session tries each write at once before it waits (TryWriteNow).
     (*stream)->socket().non_blocking(true, ignored);
     (*stream)->expires_never();
     handler({}, std::move(*stream), false);
   };
   if (literal_) {
-    (*stream)->async_connect(*literal_, std::move(connected));
+    (*stream)->tcp().async_connect(*literal_, std::move(connected));
     return;
   }
   resolver_.async_resolve(
@@ -84,12 +93,30 @@ void UpstreamPool::Connect(Handler handler) {
       [stream, connected = std::move(connected)](beast::error_code ec,
                                                  tcp::resolver::results_type results) mutable {
         if (ec) return connected(ec);
-        (*stream)->async_connect(results,
+        (*stream)->tcp().async_connect(results,
                                  [connected = std::move(connected)](
                                      beast::error_code ec, const tcp::endpoint&) mutable {
                                    connected(ec);
                                  });
       });
+}
+
+void UpstreamPool::Handshake(std::shared_ptr<Connection> stream, Handler handler) {
+  Stream::Tls& tls = *(*stream)->tls_stream();
+  beast::error_code ec;
+  if (!tls::PrepareClient(tls.native_handle(), server_name_, config_.tls.verify, &ec)) {
+    return handler(ec, nullptr, false);
+  }
+  tls.async_handshake(asio::ssl::stream_base::client,
+                      [stream, handler = std::move(handler)](beast::error_code ec) mutable {
+                        if (ec) {
+                          ec = tls::DescribeHandshakeError(
+                              (*stream)->tls_stream()->native_handle(), ec);
+                          return handler(ec, nullptr, false);
+                        }
+                        (*stream)->expires_never();
+                        handler({}, std::move(*stream), false);
+                      });
 }
 
 void UpstreamPool::Release(Connection connection) {

@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <chrono>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "proxy/maybe_tls_stream.h"
 
 namespace fencegate::proxy {
 
@@ -24,16 +26,21 @@ class UpstreamPool {
  public:
   // The worker's concrete executor: no type-erased executor on the hot path.
   using Executor = boost::asio::io_context::executor_type;
-  using Stream = boost::beast::basic_stream<boost::asio::ip::tcp, Executor>;
+  using Tcp = boost::beast::basic_stream<boost::asio::ip::tcp, Executor>;
+  using Stream = MaybeTlsStream<Tcp>;  // plain, or TLS for an https upstream
   using Connection = std::unique_ptr<Stream>;
   // Called on the pool's io_context: inside Acquire for a pooled connection
   // (`reused`), later for a new one.
   using Handler = std::function<void(boost::beast::error_code, Connection, bool reused)>;
 
-  UpstreamPool(boost::asio::io_context& ioc, const config::UpstreamConfig& config);
+  // `tls`: the client context for an https upstream (tls/), else nullptr.
+  UpstreamPool(boost::asio::io_context& ioc, const config::UpstreamConfig& config,
+               boost::asio::ssl::context* tls = nullptr);
 
   // Hands out a live idle connection (unless `fresh`), or connects a new one
-  // within connect_timeout (error: beast::error::timeout, or the connect error).
+  // within connect_timeout, TLS handshake included (error: beast::error::timeout,
+  // the connect error, or for a refused certificate one in the "tls-verify"
+  // category that says why).
   // `probe`: always check a pooled connection before handing it out; pass
   // false only for a request the caller retries on a new connection when
   // the pooled one fails.
@@ -59,10 +66,13 @@ class UpstreamPool {
     Clock::time_point since;  // when it was released
   };
   void Connect(Handler handler);
+  void Handshake(std::shared_ptr<Connection> stream, Handler handler);
   static bool LooksAlive(Stream& stream);
 
   boost::asio::io_context& ioc_;
   const config::UpstreamConfig& config_;
+  boost::asio::ssl::context* tls_;  // nullptr: plain HTTP
+  std::string server_name_;         // SNI and the name verified (TLS only)
   boost::asio::ip::tcp::resolver resolver_;
   std::optional<boost::asio::ip::tcp::endpoint> literal_;  // host was an IP literal: no DNS
   std::vector<Idle> idle_;  // owned by the io_context's thread
