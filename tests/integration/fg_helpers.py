@@ -84,9 +84,16 @@ class RawConnection:
     """One TCP connection; send requests and read responses separately so a
     test can have several requests in flight on several connections."""
 
-    def __init__(self, addr, timeout=IO_TIMEOUT):
+    def __init__(self, addr, timeout=IO_TIMEOUT, tls=None, server_hostname=None):
+        """`tls`: an ssl.SSLContext to speak TLS (handshake done here)."""
         self.addr = addr
         self.sock = socket.create_connection(addr, timeout=timeout)
+        if tls is not None:
+            try:
+                self.sock = tls.wrap_socket(self.sock, server_hostname=server_hostname)
+            except BaseException:
+                self.sock.close()
+                raise
         self.buf = b""
 
     def send(self, method, target, headers=(), body=b"", **kw):
@@ -178,9 +185,11 @@ class RawConnection:
         self.close()
 
 
-def request(addr, method, target, headers=(), body=b"", timeout=IO_TIMEOUT, **kw):
-    """One request on a fresh connection (Connection: close)."""
-    with RawConnection(addr, timeout) as c:
+def request(addr, method, target, headers=(), body=b"", timeout=IO_TIMEOUT, tls=None,
+            server_hostname=None, **kw):
+    """One request on a fresh connection (Connection: close); over TLS with
+    `tls` (an ssl.SSLContext)."""
+    with RawConnection(addr, timeout, tls, server_hostname) as c:
         c.send(method, target, headers, body, **kw)
         return c.read_response(method)
 
@@ -309,13 +318,16 @@ def stop_process(proc, sig=signal.SIGTERM, timeout=20):
 
 
 class Backend:
-    """The recording backend, run as a child process."""
+    """The recording backend, run as a child process. `args` are extra
+    command-line arguments (e.g. --tls-cert/--tls-key); `requester` is the
+    function that reaches its control endpoints (a TLS one for HTTPS)."""
 
-    def __init__(self, log_dir):
-        self.log_path = os.path.join(log_dir, "backend.stderr")
+    def __init__(self, log_dir, args=(), requester=None, name="backend"):
+        self.log_path = os.path.join(log_dir, f"{name}.stderr")
         self._stderr = open(self.log_path, "wb")
+        self._request = requester or request
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "recording_backend.py"), "--port", "0"],
+            [sys.executable, os.path.join(HERE, "recording_backend.py"), "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL)
         line, _ = read_first_line(self.proc, START_TIMEOUT, "recording backend")
         self.port = int(line)
@@ -325,12 +337,12 @@ class Backend:
         return self.snapshot()["requests"]
 
     def snapshot(self):
-        r = request(self.addr, "GET", "/__log")
+        r = self._request(self.addr, "GET", "/__log")
         assert r.status == 200, r
         return r.json()
 
     def reset(self):
-        r = request(self.addr, "POST", "/__reset")
+        r = self._request(self.addr, "POST", "/__reset")
         assert r.status == 200, r
 
     def wait_until(self, pred, timeout=IO_TIMEOUT, what="backend condition"):

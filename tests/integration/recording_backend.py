@@ -3,7 +3,10 @@
 
 Run as a process: ``python3 recording_backend.py [--port 0]``. It listens on
 127.0.0.1 (port 0 = the kernel picks) and prints the port as the FIRST line
-of stdout, then serves until SIGTERM/SIGINT.
+of stdout, then serves until SIGTERM/SIGINT. With ``--tls-cert FILE
+--tls-key FILE`` it speaks HTTPS (each connection's handshake runs on its
+own thread; a failed one is dropped quietly), and each log entry has the
+SNI name the client sent (``sni``, null when none).
 
 Behaviour:
 - every request except the control endpoints is recorded in memory:
@@ -33,6 +36,7 @@ import argparse
 import json
 import socket
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -183,6 +187,8 @@ class Handler(BaseHTTPRequestHandler):
                 "start": start,
                 "end": time.monotonic(),
                 "status": status,
+                "peer_port": self.client_address[1],
+                "sni": getattr(self.connection, "fg_sni", None),
             })
         if self.headers.get("X-Test-EOF-Body"):
             self.send_response(status)
@@ -228,11 +234,37 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    tls = None  # an ssl.SSLContext for HTTPS
+
+    def finish_request(self, request, client_address):
+        # On the connection's own thread, so a slow handshake blocks no one.
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError):
+                return  # a client that refused our certificate, or went away
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address):
+        pass  # a client that vanished mid-request is not the backend's problem
+
+
+def tls_context(cert, key):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+
+    def remember_sni(sock, name, _ctx):
+        sock.fg_sni = name  # read into the request log
+
+    ctx.sni_callback = remember_sni
+    return ctx
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls-cert", help="certificate chain (PEM): serve HTTPS")
+    parser.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
     args = parser.parse_args()
 
     # The kernel may deliver a process-wide SIGTERM to any thread, but Python
@@ -243,6 +275,8 @@ def main():
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     server = Server(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        server.tls = tls_context(args.tls_cert, args.tls_key)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
