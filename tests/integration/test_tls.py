@@ -195,6 +195,19 @@ def test_plain_http_to_the_tls_port_is_refused_cleanly(make_gate, backend, pki):
     assert [p["body"] for p in forwarded_requests(backend)] == ["data"]
 
 
+def test_tls_handshake_must_finish_within_header_timeout(make_gate, pki):
+    gate = make_gate(tls=listener_tls(pki), limits={"header_timeout": "300ms"})
+    with socket.create_connection(gate.proxy, timeout=IO_TIMEOUT) as s:
+        try:
+            got = s.recv(1)  # no ClientHello: fencegate must give up and close
+        except ConnectionResetError:
+            got = b""
+        except TimeoutError:
+            raise AssertionError("a silent TLS client was kept beyond header_timeout") from None
+    assert got == b""
+    assert tls_put(gate, pki.client_context(), "/objects/h", 1).status == 201
+
+
 def test_client_that_distrusts_the_certificate_fails_the_handshake(make_gate, pki):
     gate = make_gate(tls=listener_tls(pki))
     other = ssl.create_default_context(cafile=pki.path("rogue-ca.pem"))
