@@ -63,6 +63,22 @@ TEST(Headers, ExpectContinue) {
   EXPECT_TRUE(ExpectsContinue(f));
 }
 
+TEST(Headers, ForwardingFieldsNameTheListenersScheme) {
+  http::fields in;
+  in.set("X-Forwarded-Proto", "http");  // forged by the client: dropped with trusted_hops 0
+  http::fields out;
+  SetForwardingFields(in, out, "10.0.0.9", 0, "https");
+  EXPECT_EQ(out["X-Forwarded-Proto"], "https");
+  EXPECT_EQ(out[http::field::forwarded], "for=10.0.0.9;proto=https");
+  http::fields plain;
+  SetForwardingFields(in, plain, "10.0.0.9", 0);
+  EXPECT_EQ(plain["X-Forwarded-Proto"], "http");
+  // A trusted proxy in front says how the client reached it.
+  http::fields trusted;
+  SetForwardingFields(in, trusted, "10.0.0.9", 1, "https");
+  EXPECT_EQ(trusted["X-Forwarded-Proto"], "http");
+}
+
 TEST(AdminTargets, KeyIsOnePercentEncodedSegment) {
   std::string key;
   bool fence = true;
