@@ -96,6 +96,11 @@ void HttpSession::OnHandshake(ec_t ec) {
     spdlog::info("TLS handshake with {} failed: {}", client_ip_, ec.message());
     return Close();
   }
+  // Every byte must now go through OpenSSL: keep the socket out of user
+  // non-blocking mode, which is what a write-now path to the bare socket
+  // keys on (asynchronous operations set what they need themselves).
+  beast::error_code ignored;
+  stream_.socket().non_blocking(false, ignored);
   DoReadHeader();
 }
 

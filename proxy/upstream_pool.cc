@@ -114,6 +114,10 @@ void UpstreamPool::Handshake(std::shared_ptr<Connection> stream, Handler handler
                               (*stream)->tls_stream()->native_handle(), ec);
                           return handler(ec, nullptr, false);
                         }
+                        // Bytes go through OpenSSL only: no user non-blocking
+                        // mode, so no write-now path writes to the bare socket.
+                        beast::error_code ignored;
+                        (*stream)->socket().non_blocking(false, ignored);
                         (*stream)->expires_never();
                         handler({}, std::move(*stream), false);
                       });
