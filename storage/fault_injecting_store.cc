@@ -112,7 +112,7 @@ FaultInjectingStore::FaultInjectingStore(std::unique_ptr<TokenStore> base)
     : impl_(std::make_unique<Impl>(std::move(base))) {}
 
 FaultInjectingStore::~FaultInjectingStore() {
-  Status s = Close();
+  Status s = FaultInjectingStore::Close();  // qualified: no virtual dispatch in a destructor
   (void)s;  // nobody to report to; every handler has been answered
 }
 

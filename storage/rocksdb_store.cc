@@ -42,7 +42,7 @@ RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
 }
 
 RocksDbStore::~RocksDbStore() {
-  Status s = Close();
+  Status s = RocksDbStore::Close();  // qualified: no virtual dispatch in a destructor
   (void)s;  // nobody to report to; Close() already answered every handler
 }
 
