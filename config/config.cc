@@ -10,13 +10,13 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 #include <cerrno>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <system_error>
 
 #include "config/internal.h"
 #include "config/routes.h"
@@ -512,11 +512,19 @@ LoadResult Load(const std::string& path) {
     if (std::filesystem::is_directory(path, ec)) {
       return ConfigError{path + ": cannot read: is a directory"};
     }
+    // std::generic_category().message(), unlike std::strerror(), is
+    // thread-safe: a reload may load on another thread than the listeners'.
     std::ifstream in(path, std::ios::binary);
-    if (!in) return ConfigError{path + ": cannot read: " + std::strerror(errno)};
+    if (!in) {
+      const int err = errno;
+      return ConfigError{path + ": cannot read: " + std::generic_category().message(err)};
+    }
     std::ostringstream text;
     text << in.rdbuf();
-    if (in.bad()) return ConfigError{path + ": cannot read: " + std::strerror(errno)};
+    if (in.bad()) {
+      const int err = errno;
+      return ConfigError{path + ": cannot read: " + std::generic_category().message(err)};
+    }
     return LoadFromString(text.str(), path);
   } catch (const std::exception& e) {
     return ConfigError{path + ": cannot read: " + e.what()};

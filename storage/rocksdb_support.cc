@@ -3,7 +3,6 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -184,8 +183,9 @@ Status OpenDb(const RocksDbStoreOptions& options,
 Status CheckFreeSpace(const RocksDbStoreOptions& options) {
   struct statvfs fs {};
   if (statvfs(options.path.c_str(), &fs) != 0) {
-    return Status::IoError("cannot stat the file system of " + options.path +
-                           ": " + std::strerror(errno));
+    const int err = errno;  // message() is thread-safe, std::strerror() is not
+    return Status::IoError("cannot stat the file system of " + options.path + ": " +
+                           std::generic_category().message(err));
   }
   uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   if (avail < kMinFreeBytes) {
