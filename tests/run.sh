@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # Builds fencegate and runs every test (unit tests and the integration
-# suite) through ctest. This is what CI runs (.ci/run).
+# suite) through ctest, then the sanitizer and fuzz stages. This is what CI
+# runs (.ci/run). Stages, in order, each timed in the log's last lines:
+#   lint   clang-tidy and cppcheck (tests/lint.sh)
+#   build  the g++ build of everything
+#   ctest  unit tests, integration suite, chaos.short
+#   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
+#   asan   unit tests and integration suite under ASan+UBSan, in a clang
+#          build that the fuzz stage reuses (tests/asan.sh)
+#   fuzz   the libFuzzer targets, 20 s each (tests/fuzz/run.sh)
 #
 #   bash tests/run.sh
 #
@@ -9,30 +17,65 @@
 #   FENCEGATE_BUILD_DIR  build directory (default build/ at the repo root)
 #   FENCEGATE_SANITIZE   "", "address" or "thread" (sanitizer build)
 #   CTEST_ARGS           extra ctest arguments, e.g. "-R integration"
-#   FENCEGATE_SKIP_TSAN  1: skip the ThreadSanitizer stage (tests/tsan.sh) after ctest
-#   FENCEGATE_SKIP_FUZZ  1: skip the fuzz stage (tests/fuzz/run.sh) after ctest
+#   FENCEGATE_SKIP_LINT  1: skip the static analysis stage (tests/lint.sh)
+#   FENCEGATE_SKIP_TSAN  1: skip the ThreadSanitizer stage (tests/tsan.sh)
+#   FENCEGATE_SKIP_ASAN  1: skip the ASan+UBSan stage (tests/asan.sh)
+#   FENCEGATE_SKIP_FUZZ  1: skip the fuzz stage (tests/fuzz/run.sh)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FENCEGATE_BUILD_DIR:-$ROOT/build}"
 
+times=()
+stage() {  # stage NAME COMMAND...: runs it, records its wall time
+  local name="$1" t0 rc=0
+  shift
+  t0=$(date +%s)
+  echo "==== stage $name"
+  "$@" || rc=$?
+  times+=("$(printf '%-6s %4d s%s' "$name" $(( $(date +%s) - t0 )) "$([[ $rc -eq 0 ]] || echo ", FAILED (exit $rc)")")")
+  if [[ $rc -ne 0 ]]; then
+    print_times
+    exit "$rc"
+  fi
+}
+print_times() {
+  echo "==== stage times:"
+  printf '  %s\n' "${times[@]}"
+}
+
 bash "$ROOT/docker/install-deps.sh"
 
-cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-  -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-  -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}"
-cmake --build "$BUILD"
+# Static analysis first: it needs no build and fails in a few minutes.
+if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
+  stage lint bash "$ROOT/tests/lint.sh"
+fi
+
+build() {
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
+    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}"
+  cmake --build "$BUILD"
+}
+stage build build
 
 # --no-tests=error: a build that registered no test is a failure, not a pass.
 # shellcheck disable=SC2086
-ctest --test-dir "$BUILD" --output-on-failure --no-tests=error ${CTEST_ARGS:-}
+stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error ${CTEST_ARGS:-}
 
 # The concurrency tests under ThreadSanitizer (tests/tsan.sh).
 if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
-  bash "$ROOT/tests/tsan.sh"
+  stage tsan bash "$ROOT/tests/tsan.sh"
 fi
 
-# The fuzz stage: a clang build of the libFuzzer targets, 20 s each.
-if [[ "${FENCEGATE_SKIP_FUZZ:-0}" != 1 ]]; then
-  bash "$ROOT/tests/fuzz/run.sh"
+# The unit tests and the integration suite under ASan+UBSan, in the clang
+# build that the fuzz stage then reuses (tests/asan.sh).
+if [[ "${FENCEGATE_SKIP_ASAN:-0}" != 1 ]]; then
+  stage asan bash "$ROOT/tests/asan.sh"
 fi
+
+# The fuzz stage: the libFuzzer targets of that clang build, 20 s each.
+if [[ "${FENCEGATE_SKIP_FUZZ:-0}" != 1 ]]; then
+  stage fuzz bash "$ROOT/tests/fuzz/run.sh"
+fi
+print_times

@@ -54,9 +54,14 @@ max_len() {
 }
 
 started=$(date +%s)
+# A fresh build directory gets only the fuzz targets. One that tests/asan.sh
+# configured keeps its tests: the ASan stage and this one share that build,
+# and tests/run.sh runs them in that order, so here nothing is left to build.
+tests_opt=()
+[[ -f "$BUILD/CMakeCache.txt" ]] || tests_opt=(-DFENCEGATE_BUILD_TESTS=OFF)
 CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DFENCEGATE_FUZZ=ON -DFENCEGATE_BUILD_TESTS=OFF -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
+  -DFENCEGATE_FUZZ=ON "${tests_opt[@]}" -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
 build_targets=()
 for t in "${TARGETS[@]}"; do build_targets+=("fuzz_$t"); done
 cmake --build "$BUILD" -j "${FUZZ_BUILD_JOBS:-2}" --target "${build_targets[@]}"
