@@ -9,6 +9,7 @@ namespace fencegate::proxy {
 KeyLease::KeyLease(KeyLease&& other) noexcept
     : queue_(std::exchange(other.queue_, nullptr)), key_(std::move(other.key_)) {}
 
+// NOLINTNEXTLINE(bugprone-exception-escape): terminates if the key cannot be handed on
 KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
   if (this != &other) {
     Release();
