@@ -18,7 +18,7 @@ LockServer::LockServer(std::shared_ptr<const config::Config> config, storage::To
   ctx_.header_timeout = config_->limits.header_timeout;
 }
 
-LockServer::~LockServer() { Stop(); }
+LockServer::~LockServer() { Stop(); }  // NOLINT(bugprone-exception-escape): see lock_server.h
 
 bool LockServer::Start(std::string* error) {
   const config::Endpoint& e = *config_->locks.endpoint;

@@ -25,7 +25,10 @@ namespace fencegate::locks {
 class LockServer {
  public:
   LockServer(std::shared_ptr<const config::Config> config, storage::TokenStore& store);
-  ~LockServer();
+  // Stops (see Stop()). Only an allocation or a failed thread join can
+  // throw there, and std::terminate is then the right end: the service
+  // thread would outlive the object it runs on.
+  ~LockServer();  // NOLINT(bugprone-exception-escape)
 
   // Binds config.locks.endpoint (which must be set) and starts the thread.
   bool Start(std::string* error);

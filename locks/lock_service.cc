@@ -28,7 +28,7 @@ std::string LockStoreKey(std::string_view name) {
 
 LockService::LockService(asio::any_io_executor executor, storage::TokenStore& store,
                          const Clock& clock)
-    : executor_(executor), store_(store), clock_(clock), timer_(executor),
+    : executor_(std::move(executor)), store_(store), clock_(clock), timer_(executor_),
       rng_(std::random_device{}()), alive_(std::make_shared<bool>(true)) {}
 
 LockService::~LockService() { *alive_ = false; }
@@ -66,7 +66,7 @@ void LockService::Acquire(const std::string& name, Duration ttl, Duration wait, 
   ArmTimer();
 }
 
-void LockService::Renew(const std::string& name, uint64_t lease, Handler handler) {
+void LockService::Renew(const std::string& name, uint64_t lease, const Handler& handler) {
   if (shut_down_) return handler(LockResult::Fail(LockError::kShuttingDown));
   ExpireDue();
   auto it = locks_.find(name);
@@ -80,7 +80,7 @@ void LockService::Renew(const std::string& name, uint64_t lease, Handler handler
   handler(LockResult::Ok(l.token, l.id, l.ttl));
 }
 
-void LockService::Release(const std::string& name, uint64_t lease, Handler handler) {
+void LockService::Release(const std::string& name, uint64_t lease, const Handler& handler) {
   if (shut_down_) return handler(LockResult::Fail(LockError::kShuttingDown));
   ExpireDue();
   auto it = locks_.find(name);
@@ -182,7 +182,7 @@ void LockService::WriteToken(const std::string& name, uint64_t candidate, Durati
 }
 
 void LockService::FinishGrant(const std::string& name, uint64_t token, Duration ttl,
-                              Handler handler) {
+                              const Handler& handler) {
   Lock& lock = locks_[name];
   lock.granting = false;
   lock.last_token = token;
@@ -194,7 +194,7 @@ void LockService::FinishGrant(const std::string& name, uint64_t token, Duration 
 }
 
 void LockService::FailGrant(const std::string& name, const storage::Status& status,
-                            Handler handler) {
+                            const Handler& handler) {
   spdlog::error("locks: cannot persist a token for '{}': {}", name, status.ToString());
   Lock& lock = locks_[name];
   lock.granting = false;

@@ -99,10 +99,10 @@ class LockService {
   void Acquire(const std::string& name, Duration ttl, Duration wait, Handler handler);
 
   // Restarts the lease's TTL from now (the TTL it was granted with).
-  void Renew(const std::string& name, uint64_t lease, Handler handler);
+  void Renew(const std::string& name, uint64_t lease, const Handler& handler);
 
   // Frees the lock; the next waiter, if any, is granted.
-  void Release(const std::string& name, uint64_t lease, Handler handler);
+  void Release(const std::string& name, uint64_t lease, const Handler& handler);
 
   // Expires every lease and wait whose deadline is <= Now(). Called by the
   // service's timer; tests call it after moving a fake clock.
@@ -136,8 +136,10 @@ class LockService {
 
   void Grant(const std::string& name, Duration ttl, Handler handler);
   void WriteToken(const std::string& name, uint64_t candidate, Duration ttl, Handler handler);
-  void FinishGrant(const std::string& name, uint64_t token, Duration ttl, Handler handler);
-  void FailGrant(const std::string& name, const storage::Status& status, Handler handler);
+  void FinishGrant(const std::string& name, uint64_t token, Duration ttl,
+                   const Handler& handler);
+  void FailGrant(const std::string& name, const storage::Status& status,
+                 const Handler& handler);
   void ServeWaiters(const std::string& name);
   void MaybeForget(const std::string& name);
   void ArmTimer();
