@@ -16,7 +16,7 @@ using nlohmann::json;
 
 namespace {
 constexpr std::string_view kKeysPrefix = "/v1/keys/";
-constexpr size_t kMaxAdminBody = 64 * 1024;
+constexpr size_t kMaxAdminBody = size_t{64} * 1024;
 }  // namespace
 
 AdminSession::AdminSession(tcp::socket&& socket, AdminContext& context)
@@ -170,8 +170,8 @@ void AdminSession::HandleReady() {
   const auto& up = ctx_.config->upstream;
   resolver->async_resolve(
       up.host, std::to_string(up.port),
-      [self = shared_from_this(), resolver, probe](beast::error_code ec,
-                                                   tcp::resolver::results_type results) {
+      [self = shared_from_this(), resolver, probe](
+          beast::error_code ec, const tcp::resolver::results_type& results) {
         auto done = [self, probe](beast::error_code ec) {
           if (ec) {
             return self->Send(MakeJson(http::status::service_unavailable,
