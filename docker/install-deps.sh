@@ -16,6 +16,7 @@ PACKAGES=(
   etcd-server etcd-client redis-server zookeeperd python3-kazoo
   wrk linux-perf
   clang libclang-rt-14-dev clang-tidy cppcheck
+  llvm  # /usr/bin/llvm-symbolizer: names the lines in ASan/UBSan/fuzzer reports
 )
 
 missing=()
