@@ -25,6 +25,9 @@
 namespace fencegate::proxy {
 
 // What Classify decided.
+// NOLINTNEXTLINE(bugprone-exception-escape): the implicit move assignment of
+// `reply` (a Beast response) has a throwing branch for unequal allocators,
+// which std::allocator never is.
 struct WriteIntent {
   enum class Kind {
     kPassThrough,  // no fenced route: forward unchanged, no token needed

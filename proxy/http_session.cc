@@ -468,8 +468,8 @@ void HttpSession::OnRequestBodyWritten(ec_t ec) {
 
 void HttpSession::DoReadResponseHeader() {
   res_parser_.emplace();
-  res_parser_->header_limit(
-      static_cast<uint32_t>(std::max<uint64_t>(config_.limits.max_header_bytes, 64 * 1024)));
+  res_parser_->header_limit(static_cast<uint32_t>(
+      std::max<uint64_t>(config_.limits.max_header_bytes, uint64_t{64} * 1024)));
   res_parser_->body_limit(boost::none);
   if (req_parser_->get().method() == http::verb::head) res_parser_->skip(true);
   upstream_->expires_after(config_.upstream.timeout);

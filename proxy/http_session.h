@@ -102,7 +102,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   boost::beast::flat_buffer buffer_;
   std::unique_ptr<char[]> body_buffer_;  // allocated on the first body relayed
   size_t body_capacity_ = 0;
-  static constexpr size_t kBodyBufferSize = 64 * 1024;
+  static constexpr size_t kBodyBufferSize = size_t{64} * 1024;
   static constexpr size_t kWaitReadSize = 4096;  // the first read of a kept-alive request
 
   // Per request.
@@ -135,7 +135,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool retried_ = false;
   std::string pending_outcome_;   // SendReply's outcome while the body is discarded
   uint64_t discarded_ = 0;
-  static constexpr uint64_t kDiscardLimit = 64 * 1024;
+  static constexpr uint64_t kDiscardLimit = uint64_t{64} * 1024;
   bool in_request_ = false;     // a request head was read and not yet ended
   bool idle_ = false;           // waiting for the first byte of a request head
   bool expect_continue_ = false;
