@@ -51,11 +51,11 @@ if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
   stage lint bash "$ROOT/tests/lint.sh"
 fi
 
-build() {
+build() {  # (set -e does not apply inside `stage`: hence the &&)
   cmake -S "$ROOT" -B "$BUILD" -G Ninja \
     -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}"
-  cmake --build "$BUILD"
+    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}" &&
+    cmake --build "$BUILD"
 }
 stage build build
 
