@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <vector>
@@ -44,7 +45,8 @@ std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
   return host + ":" + std::to_string(e.port());
 }
 
-int Serve(std::shared_ptr<const config::Config> cfg, bool test_faults, tls::Contexts tls) {
+int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
+          tls::Contexts tls) {
   for (const std::string& warning : tls.warnings) spdlog::warn("{}", warning);
   if (cfg->storage.etcd.https && cfg->storage.engine != "etcd") {
     spdlog::debug("storage.etcd.tls was checked; it is used only with storage.engine: etcd");
@@ -190,9 +192,7 @@ int RunImport(const config::Config& cfg, const std::string& input) {
   return kExitOk;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   CLI::App app{"fencegate: a fencing reverse proxy that refuses writes with stale lock tokens"};
   std::string config_path;
   bool check = false;
@@ -273,5 +273,22 @@ int main(int argc, char** argv) {
   if (export_cmd->parsed()) return RunExport(*cfg, export_output);
   if (import_cmd->parsed()) return RunImport(*cfg, import_input);
   SetUpLogging(cfg->log);
-  return Serve(std::move(cfg), test_faults, std::move(tls_contexts));
+  return Serve(cfg, test_faults, std::move(tls_contexts));
+}
+
+}  // namespace
+
+// An exception that reaches here is a bug (errors the network, the disk or
+// the operator cause are handled where they happen): say so on stderr and
+// exit 1, after the destructors on the way have closed the store, instead of
+// std::terminate's abort.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "fencegate: internal error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "fencegate: internal error: an unknown exception\n";
+  }
+  return kExitRuntime;
 }
