@@ -190,10 +190,17 @@ def test_upstream_timeout_is_504_and_token_stays(make_gate, backend):
 
 
 def sanitizer_build(binary):
-    """ASan/TSan builds carry shadow memory: their RSS says nothing of ours."""
+    """ASan/TSan builds carry shadow memory and a quarantine of freed
+    blocks: their RSS says nothing of ours. g++ links the sanitizer runtime
+    as a shared library (ldd names it), clang links it into the binary
+    (its entry points are in the symbol table)."""
+    import mmap
     import subprocess
     out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
-    return "libasan" in out or "libtsan" in out
+    if "libasan" in out or "libtsan" in out:
+        return True
+    with open(binary, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return m.find(b"__asan_init") != -1 or m.find(b"__tsan_init") != -1
 
 
 def rss_kib(pid):
