@@ -74,7 +74,7 @@ void UpstreamPool::Connect(Handler handler) {
   auto stream =
       std::make_shared<Connection>(std::make_unique<Stream>(Tcp(ioc_), tls_));
   (*stream)->expires_after(config_.connect_timeout);  // the TLS handshake included
-  auto connected = [this, stream, handler](beast::error_code ec) mutable {
+  auto connected = [this, stream, handler = std::move(handler)](beast::error_code ec) mutable {
     if (ec) return handler(ec, nullptr, false);
     beast::error_code ignored;
     (*stream)->socket().set_option(tcp::no_delay(true), ignored);
@@ -90,8 +90,8 @@ void UpstreamPool::Connect(Handler handler) {
   }
   resolver_.async_resolve(
       config_.host, std::to_string(config_.port),
-      [stream, connected = std::move(connected)](beast::error_code ec,
-                                                 tcp::resolver::results_type results) mutable {
+      [stream, connected = std::move(connected)](
+          beast::error_code ec, const tcp::resolver::results_type& results) mutable {
         if (ec) return connected(ec);
         (*stream)->tcp().async_connect(results,
                                  [connected = std::move(connected)](
