@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 
 #include "proxy/admin_request.h"
 
@@ -105,19 +107,24 @@ bool AdminSession::Authorized() {
 
 void AdminSession::HandleKey(const std::string& key, bool fence) {
   const auto& req = parser_->get();
-  auto executor = stream_.get_executor();
+  // Outstanding work on the admin io_context until the store has answered:
+  // its run() must not return, and the Server that owns this session's
+  // context must not be destroyed, while a store answer is on its way (a
+  // request in flight at shutdown).
+  auto work = asio::prefer(stream_.get_executor(), asio::execution::outstanding_work.tracked);
   if (!fence) {
     if (req.method() != http::verb::get) {
       return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
     }
-    ctx_.store->Get(key, [self = shared_from_this(), key](const storage::Status& st,
-                                                          std::optional<uint64_t> token) {
-      if (!st.ok()) return self->Send(MakeStoreError(st));
+    ctx_.store->Get(key, [self = shared_from_this(), key, work](
+                             const storage::Status& st, std::optional<uint64_t> token) mutable {
+      if (!st.ok()) return SendFromStore(std::move(self), MakeStoreError(st));
       if (!token) {
-        return self->Send(MakeError(http::status::not_found, "not_found",
-                                    "no token was ever accepted for this key", {{"key", key}}));
+        return SendFromStore(std::move(self),
+                             MakeError(http::status::not_found, "not_found",
+                                       "no token was ever accepted for this key", {{"key", key}}));
       }
-      self->Send(MakeJson(http::status::ok, {{"key", key}, {"token", *token}}));
+      SendFromStore(std::move(self), MakeJson(http::status::ok, {{"key", key}, {"token", *token}}));
     });
     return;
   }
@@ -130,11 +137,12 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
     return Send(MakeError(http::status::bad_request, "bad_token",
                           "body must be {\"token\": N} with N an unsigned 64-bit integer"));
   }
-  ctx_.store->Raise(key, *token, [self = shared_from_this(), key](const storage::Status& st,
-                                                                  storage::Fence f) {
-    if (!st.ok()) return self->Send(MakeStoreError(st));
+  ctx_.store->Raise(key, *token, [self = shared_from_this(), key, work](
+                                     const storage::Status& st, storage::Fence f) mutable {
+    if (!st.ok()) return SendFromStore(std::move(self), MakeStoreError(st));
     spdlog::info("admin: fence for key {} raised to at least {}", key, f.current);
-    self->Send(MakeJson(http::status::ok, {{"key", key}, {"token", f.current}}));
+    SendFromStore(std::move(self),
+                  MakeJson(http::status::ok, {{"key", key}, {"token", f.current}}));
   });
 }
 
@@ -188,9 +196,11 @@ void AdminSession::HandleReady() {
       });
 }
 
-void AdminSession::Send(Reply reply) {
-  // Store handlers run on the store's thread: come back to our executor.
-  asio::post(stream_.get_executor(), [self = shared_from_this(), r = std::move(reply)]() mutable {
+void AdminSession::Send(Reply reply) { SendFromStore(shared_from_this(), std::move(reply)); }
+
+void AdminSession::SendFromStore(std::shared_ptr<AdminSession> self, Reply reply) {
+  auto executor = self->stream_.get_executor();
+  asio::post(executor, [self = std::move(self), r = std::move(reply)]() mutable {
     r.keep_alive(self->keep_alive_);
     self->reply_ = std::move(r);
     auto on_written = [self](beast::error_code ec, size_t) {

@@ -52,7 +52,11 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   void HandleFaults();
   void HandleReady();
   bool Authorized();  // sends 401/403 itself when not
-  void Send(Reply reply);  // may be called from any thread
+  void Send(Reply reply);  // on the session's executor
+  // For store handlers, which run on the store's thread: moves `self` and
+  // the reply to the session's executor, so the session is never destroyed
+  // on the store's thread.
+  static void SendFromStore(std::shared_ptr<AdminSession> self, Reply reply);
 
   boost::beast::tcp_stream stream_;
   AdminContext& ctx_;
