@@ -63,7 +63,7 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
     rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
                                        " bytes, the limit is 1024");
   } else {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (closing_) {
       rejected = Status::Unavailable("token store is closed");
     } else if (write_queue_.size() >= options_.max_queued) {
@@ -73,13 +73,12 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
     } else {
       write_queue_.push_back(
           WriteRequest{raise, std::move(key), token, std::move(handler)});
+      lock.unlock();
+      writer_cv_.notify_one();
+      return;
     }
   }
-  if (!rejected.ok()) {
-    handler(rejected, Fence{});
-    return;
-  }
-  writer_cv_.notify_one();
+  handler(rejected, Fence{});
 }
 
 void RocksDbStore::Get(std::string key, GetHandler handler) {
@@ -88,7 +87,7 @@ void RocksDbStore::Get(std::string key, GetHandler handler) {
     rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
                                        " bytes, the limit is 1024");
   } else {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (closing_) {
       rejected = Status::Unavailable("token store is closed");
     } else if (read_queue_.size() >= options_.max_queued) {
@@ -97,13 +96,12 @@ void RocksDbStore::Get(std::string key, GetHandler handler) {
                                      " pending)");
     } else {
       read_queue_.push_back(ReadRequest{std::move(key), std::move(handler)});
+      lock.unlock();
+      reader_cv_.notify_one();
+      return;
     }
   }
-  if (!rejected.ok()) {
-    handler(rejected, std::nullopt);
-    return;
-  }
-  reader_cv_.notify_one();
+  handler(rejected, std::nullopt);
 }
 
 Status RocksDbStore::Health() const {

@@ -61,19 +61,22 @@ Status CheckNotPartial(const std::string& path) {
   }
   if (fs::exists(fs::path(path) / "CURRENT", ec)) return Status::Ok();
   ec.clear();  // an unreadable dir is reported by the listing below
+  std::string rocks_file;  // the first RocksDB file found, if any
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     std::string name = entry.path().filename().string();
-    bool rocks_file = name.starts_with("MANIFEST-") ||
-                      name.starts_with("OPTIONS-") || name.ends_with(".sst") ||
-                      name.ends_with(".log");
-    if (rocks_file) {
-      return Status::Corruption(
-          "data dir " + path + " holds RocksDB files (" + name +
-          ") but no CURRENT file: the store is damaged or was only partly "
-          "created. Refusing to create an empty store over it, which would "
-          "forget every accepted token; restore it from a backup, or move it "
-          "aside if starting empty is really intended");
+    if (name.starts_with("MANIFEST-") || name.starts_with("OPTIONS-") ||
+        name.ends_with(".sst") || name.ends_with(".log")) {
+      rocks_file = std::move(name);
+      break;
     }
+  }
+  if (!rocks_file.empty()) {
+    return Status::Corruption(
+        "data dir " + path + " holds RocksDB files (" + rocks_file +
+        ") but no CURRENT file: the store is damaged or was only partly "
+        "created. Refusing to create an empty store over it, which would "
+        "forget every accepted token; restore it from a backup, or move it "
+        "aside if starting empty is really intended");
   }
   if (ec) {
     return Status::IoError("cannot list data dir " + path + ": " +
