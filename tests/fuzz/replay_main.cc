@@ -6,9 +6,9 @@
 // libFuzzer flags and are ignored. Exits 1 when no input was found.
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     } else if (fs::is_regular_file(arg)) {
       inputs.emplace_back(arg);
     } else {
-      std::fprintf(stderr, "replay: %s: no such file or directory\n", arg.c_str());
+      std::cerr << "replay: " << arg << ": no such file or directory\n";
       return 1;
     }
   }
@@ -38,12 +38,12 @@ int main(int argc, char** argv) {
     std::ifstream in(path, std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in.good() && !in.eof()) {
-      std::fprintf(stderr, "replay: cannot read %s\n", path.c_str());
+      std::cerr << "replay: cannot read " << path.string() << "\n";
       return 1;
     }
-    std::fprintf(stderr, "replay: %s\n", path.c_str());
+    std::cerr << "replay: " << path.string() << "\n";
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }
-  std::printf("replayed %zu input(s)\n", inputs.size());
+  std::cout << "replayed " << inputs.size() << " input(s)\n";
   return inputs.empty() ? 1 : 0;
 }
