@@ -267,7 +267,7 @@ void RunConnection(const Setup& s, std::string_view input) {
       // SendReply: a small body is read and dropped so the connection
       // survives; otherwise (or with 100-continue) the connection closes.
       if (!parser.is_done() && (!keep_alive || proxy::ExpectsContinue(req.base()))) return;
-      if (!ReadBody(parser, input, &offset, 64 * 1024) || !keep_alive) return;
+      if (!ReadBody(parser, input, &offset, uint64_t{64} * 1024) || !keep_alive) return;
       continue;
     }
     if (!ReadBody(parser, input, &offset, UINT64_MAX) || !keep_alive) return;
