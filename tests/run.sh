@@ -27,13 +27,21 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FENCEGATE_BUILD_DIR:-$ROOT/build}"
 
 times=()
-stage() {  # stage NAME COMMAND...: runs it, records its wall time
-  local name="$1" t0 rc=0
+TICKS=$(getconf CLK_TCK)
+cpu_seconds() {  # CPU seconds (user + system) of this script's finished children
+  local st
+  read -r -a st <"/proc/$$/stat"  # fields 16 and 17: cutime, cstime
+  echo $(( (st[15] + st[16]) / TICKS ))
+}
+stage() {  # stage NAME COMMAND...: runs it, records its wall and CPU time
+  local name="$1" t0 c0 rc=0
   shift
   t0=$(date +%s)
+  c0=$(cpu_seconds)
   echo "==== stage $name"
   "$@" || rc=$?
-  times+=("$(printf '%-6s %4d s%s' "$name" $(( $(date +%s) - t0 )) "$([[ $rc -eq 0 ]] || echo ", FAILED (exit $rc)")")")
+  times+=("$(printf '%-6s %4d s wall, %5d s CPU%s' "$name" $(( $(date +%s) - t0 )) \
+    $(( $(cpu_seconds) - c0 )) "$([[ $rc -eq 0 ]] || echo ", FAILED (exit $rc)")")")
   if [[ $rc -ne 0 ]]; then
     print_times
     exit "$rc"
