@@ -149,7 +149,7 @@ void LockService::Grant(const std::string& name, Duration ttl, Handler handler) 
                asio::post(guard.get_executor(), [this, alive, name, ttl, st, stored,
                                                  handler = std::move(handler)]() mutable {
                  if (!*alive) return;
-                 if (!st.ok()) return FailGrant(name, st, std::move(handler));
+                 if (!st.ok()) return FailGrant(name, st, handler);
                  locks_[name].last_token = stored.value_or(0);
                  WriteToken(name, stored.value_or(0) + 1, ttl, std::move(handler));
                });
@@ -159,8 +159,7 @@ void LockService::Grant(const std::string& name, Duration ttl, Handler handler) 
 void LockService::WriteToken(const std::string& name, uint64_t candidate, Duration ttl,
                              Handler handler) {
   if (candidate == 0) {  // the counter is at 2^64-1: no greater token exists
-    return FailGrant(name, storage::Status::InvalidArgument("token space exhausted"),
-                     std::move(handler));
+    return FailGrant(name, storage::Status::InvalidArgument("token space exhausted"), handler);
   }
   // Advance refuses when the stored value is higher (an admin fence raised
   // it): then retry above it. Accepted means durable before we answer.
@@ -171,12 +170,12 @@ void LockService::WriteToken(const std::string& name, uint64_t candidate, Durati
         asio::post(guard.get_executor(), [this, alive, name, candidate, ttl, st, f,
                                           handler = std::move(handler)]() mutable {
           if (!*alive) return;
-          if (!st.ok()) return FailGrant(name, st, std::move(handler));
+          if (!st.ok()) return FailGrant(name, st, handler);
           if (!f.accepted) {
             locks_[name].last_token = f.current;
             return WriteToken(name, f.current + 1, ttl, std::move(handler));
           }
-          FinishGrant(name, candidate, ttl, std::move(handler));
+          FinishGrant(name, candidate, ttl, handler);
         });
       });
 }
