@@ -16,13 +16,13 @@ ip::address Canonical(const ip::address& address) {
 }  // namespace
 
 ClientSlot::ClientSlot(ClientSlot&& other) noexcept
-    : limiter_(std::exchange(other.limiter_, nullptr)), address_(other.address_) {}
+    : limiter_(std::exchange(other.limiter_, nullptr)), address_(std::move(other.address_)) {}
 
 ClientSlot& ClientSlot::operator=(ClientSlot&& other) noexcept {
   if (this != &other) {
     Release();
     limiter_ = std::exchange(other.limiter_, nullptr);
-    address_ = other.address_;
+    address_ = std::move(other.address_);
   }
   return *this;
 }

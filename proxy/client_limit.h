@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 namespace fencegate::proxy {
 
@@ -32,7 +33,7 @@ class ClientSlot {
  private:
   friend class ClientLimiter;
   ClientSlot(ClientLimiter* limiter, boost::asio::ip::address address)
-      : limiter_(limiter), address_(address) {}
+      : limiter_(limiter), address_(std::move(address)) {}
   ClientLimiter* limiter_ = nullptr;
   boost::asio::ip::address address_;
 };
