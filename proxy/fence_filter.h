@@ -24,11 +24,10 @@
 
 namespace fencegate::proxy {
 
-// What Classify decided.
-// NOLINTNEXTLINE(bugprone-exception-escape): the implicit move assignment of
-// `reply` (a Beast response) has a throwing branch for unequal allocators,
-// which std::allocator never is.
-struct WriteIntent {
+// What Classify decided. (bugprone-exception-escape: the implicit move
+// assignment of `reply`, a Beast response, has a throwing branch for
+// unequal allocators, which std::allocator never is.)
+struct WriteIntent {  // NOLINT(bugprone-exception-escape)
   enum class Kind {
     kPassThrough,  // no fenced route: forward unchanged, no token needed
     kReject,       // fencegate answers `reply` itself; nothing is forwarded
