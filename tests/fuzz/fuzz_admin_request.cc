@@ -31,7 +31,7 @@ namespace {
 namespace http = boost::beast::http;
 
 constexpr uint32_t kMaxHeaderBytes = 4096;     // limits.max_header_bytes, small for the fuzzer
-constexpr uint64_t kMaxAdminBody = 64 * 1024;  // as AdminSession
+constexpr uint64_t kMaxAdminBody = uint64_t{64} * 1024;  // as AdminSession
 constexpr std::string_view kAdminToken = "s3cret-admin-token";
 
 void CheckReply(const proxy::Reply& reply) {

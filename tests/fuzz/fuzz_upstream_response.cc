@@ -30,7 +30,7 @@ namespace {
 
 namespace http = boost::beast::http;
 constexpr uint32_t kHeaderLimit = 64 * 1024;  // the session's floor for response heads
-constexpr size_t kStep = 64 * 1024;           // the session's body buffer
+constexpr size_t kStep = size_t{64} * 1024;    // the session's body buffer
 
 // Feeds `parser` from input[*offset..]; false when the stream ended first or is malformed.
 template <class Parser, class Done>
