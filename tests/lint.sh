@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Static analysis: clang-tidy (checks in .clang-tidy) and cppcheck over
 # fencegate's own sources, through the compile database of a configure-only
-# clang build directory. clang-tidy reads proxy/, storage/, config/, locks/
-# and the fuzz targets (tests/fuzz/) -- every header they include from
+# clang build directory. clang-tidy reads proxy/, storage/, config/, tls/,
+# locks/ and the fuzz targets (tests/fuzz/) -- every header they include from
 # those directories too; cppcheck reads those and the unit tests. (clang-tidy
 # over the unit tests would double the stage's time for test code.)
 # tests/run.sh runs it first (FENCEGATE_SKIP_LINT=1 skips it).
@@ -26,8 +26,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FENCEGATE_LINT_BUILD_DIR:-$ROOT/build-lint}"
 JOBS="${LINT_JOBS:-2}"
-TIDY_DIRS=(proxy storage config locks tests/fuzz)
-CPPCHECK_DIRS=(proxy storage config locks tests)
+TIDY_DIRS=(proxy storage config tls locks tests/fuzz)
+CPPCHECK_DIRS=(proxy storage config tls locks tests)
 tools=("$@")
 [[ ${#tools[@]} -gt 0 ]] || tools=(tidy cppcheck)
 
