@@ -78,7 +78,7 @@ void UpstreamPool::Connect(Handler handler) {
     if (ec) return handler(ec, nullptr, false);
     beast::error_code ignored;
     (*stream)->socket().set_option(tcp::no_delay(true), ignored);
-    if ((*stream)->tls()) return Handshake(std::move(stream), std::move(handler));
+    if ((*stream)->tls()) return Handshake(stream, std::move(handler));
     // The session tries each write at once before it waits (TryWriteNow).
     (*stream)->socket().non_blocking(true, ignored);
     (*stream)->expires_never();
@@ -101,7 +101,7 @@ void UpstreamPool::Connect(Handler handler) {
       });
 }
 
-void UpstreamPool::Handshake(std::shared_ptr<Connection> stream, Handler handler) {
+void UpstreamPool::Handshake(const std::shared_ptr<Connection>& stream, Handler handler) {
   Stream::Tls& tls = *(*stream)->tls_stream();
   beast::error_code ec;
   if (!tls::PrepareClient(tls.native_handle(), server_name_, config_.tls.verify, &ec)) {

@@ -66,7 +66,7 @@ class UpstreamPool {
     Clock::time_point since;  // when it was released
   };
   void Connect(Handler handler);
-  void Handshake(std::shared_ptr<Connection> stream, Handler handler);
+  void Handshake(const std::shared_ptr<Connection>& stream, Handler handler);
   static bool LooksAlive(Stream& stream);
 
   boost::asio::io_context& ioc_;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 namespace fencegate::tls {
 namespace {
@@ -35,9 +36,11 @@ class Section {
     }
     std::FILE* f = std::fopen(file.path.c_str(), "rb");
     if (f == nullptr) {
-      return Fail(name, file, "cannot read '" + file.path + "': " + std::strerror(errno));
+      // generic_category().message(), unlike strerror(), is thread-safe.
+      return Fail(name, file,
+                  "cannot read '" + file.path + "': " + std::generic_category().message(errno));
     }
-    std::fclose(f);
+    (void)std::fclose(f);  // opened for reading only: nothing to lose on close
     return true;
   }
 
@@ -89,11 +92,12 @@ bool LoadCertificateAndKey(Section& s, SSL_CTX* raw, const config::FileRef& cert
   if (!s.Readable("key_file", key)) return false;
   std::FILE* f = std::fopen(key.path.c_str(), "rb");
   if (f == nullptr) {
-    return s.Fail("key_file", key, "cannot read '" + key.path + "': " + std::strerror(errno));
+    return s.Fail("key_file", key,
+                  "cannot read '" + key.path + "': " + std::generic_category().message(errno));
   }
   ERR_clear_error();
   EVP_PKEY* pkey = PEM_read_PrivateKey(f, nullptr, NoPassphrase, nullptr);
-  std::fclose(f);
+  (void)std::fclose(f);  // read-only
   if (pkey == nullptr) {
     return s.Fail("key_file", key,
                   "'" + key.path + "' holds no usable PEM private key (encrypted keys are not "
@@ -122,7 +126,10 @@ bool LoadCas(Section& s, SSL_CTX* raw, std::string_view name, const config::File
   return true;
 }
 
-class VerifyCategory : public boost::system::error_category {
+// A function-local static, never deleted through a base pointer (the base,
+// boost::system::error_category, has a non-virtual destructor by design).
+class VerifyCategory final  // NOLINT(cppcoreguidelines-virtual-class-destructor)
+    : public boost::system::error_category {
  public:
   const char* name() const noexcept override { return "tls-verify"; }
   std::string message(int code) const override {
@@ -198,7 +205,7 @@ bool Build(const config::Config& config, Contexts* out, std::string* error) {
     out->upstream = ClientContext(config.upstream.tls, "upstream.tls", config.source, error);
     if (!out->upstream) return false;
     if (!config.upstream.tls.verify) {
-      out->warnings.push_back(
+      out->warnings.emplace_back(
           "upstream.tls.verify is false: the upstream's certificate is not checked, so anyone "
           "on the network path can pose as the backend");
     }
@@ -207,7 +214,7 @@ bool Build(const config::Config& config, Contexts* out, std::string* error) {
     out->etcd = ClientContext(config.storage.etcd.tls, "storage.etcd.tls", config.source, error);
     if (!out->etcd) return false;
     if (!config.storage.etcd.tls.verify) {
-      out->warnings.push_back("storage.etcd.tls.verify is false: etcd's certificate is not checked");
+      out->warnings.emplace_back("storage.etcd.tls.verify is false: etcd's certificate is not checked");
     }
   }
   return true;
