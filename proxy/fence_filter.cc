@@ -3,6 +3,8 @@
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "proxy/token.h"
@@ -94,64 +96,134 @@ WriteIntent Classify(const FenceSettings& settings, const Router& router,
   return intent;
 }
 
+namespace {
+
+// One fenced write between Check() and its verdict. Two things must both
+// arrive before a write may be forwarded: its turn on the key (the lease,
+// delivered on the caller's executor) and the store's answer (on the store's
+// thread), in either order. A refusal needs only the answer.
+struct PendingFence {
+  PendingFence(FenceFilter& f, const WriteIntent& intent,
+               boost::asio::any_io_executor ex, FenceFilter::Handler h)
+      : filter(f),
+        key(intent.key),
+        token(intent.token),
+        shadow(intent.shadow),
+        executor(std::move(ex)),
+        handler(std::move(h)) {}
+
+  FenceFilter& filter;
+  const std::string key;
+  const uint64_t token;
+  const bool shadow;
+  // Tracks outstanding work: the io_context keeps running until the verdict
+  // is delivered (shutdown waits for it).
+  const boost::asio::any_io_executor executor;
+  FenceFilter::Handler handler;  // moved out by Deliver
+
+  std::mutex mu;
+  KeyLease lease;            // guarded by mu; held once the turn came
+  bool answered = false;     // guarded by mu; status and fence are set
+  bool delivered = false;    // guarded by mu; Deliver ran or is posted
+  storage::Status status;    // guarded by mu until delivered
+  storage::Fence fence;      // guarded by mu until delivered
+
+  // A refusal (stale token, store error) is answered without waiting for the
+  // key's turn: nothing will be forwarded. Shadow mode forwards those too.
+  bool RefusedLocked() const { return !shadow && (!status.ok() || !fence.accepted); }
+
+  // On the executor, once delivered was set: builds the verdict and runs the
+  // handler. After `delivered`, no other thread touches the fields it reads.
+  void Deliver() {
+    FenceVerdict v;
+    v.lease = std::move(lease);
+    v.current = fence.current;
+    if (!status.ok()) {
+      v.outcome = "store_unavailable";
+      v.reply = MakeStoreError(status);
+    } else if (!fence.accepted) {
+      v.outcome = "stale";
+      v.reply = MakeStale(key, token, fence.current);
+    } else {
+      v.outcome = "forwarded";
+      v.forward = true;
+    }
+    if (shadow && !v.forward) {
+      v.shadow_violation = v.outcome;
+      filter.CountShadowViolation();
+      v.forward = true;
+      v.reply.reset();
+      v.outcome = "forwarded";
+    }
+    if (!v.forward) v.lease.Release();  // nothing will be forwarded
+    FenceFilter::Handler h = std::move(handler);
+    h(std::move(v));
+  }
+};
+
+}  // namespace
+
 void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor executor,
                         Handler handler) {
-  // While the store works, the caller's io_context must keep running so the
-  // verdict can be delivered (shutdown waits for it).
-  executor = boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked);
+  auto p = std::make_shared<PendingFence>(
+      *this, intent,
+      boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
+      std::move(handler));
+
+  // The store's answer: on the store's thread, or on this thread inside
+  // Acquire for an immediate error. Delivery is always posted.
+  auto on_answer = [p](const storage::Status& status, storage::Fence fence) {
+    {
+      std::lock_guard lock(p->mu);
+      p->status = status;
+      p->fence = fence;
+      p->answered = true;
+      if (!p->lease.held() && !p->RefusedLocked()) return;  // the turn comes later
+      p->delivered = true;
+    }
+    boost::asio::post(p->executor, [p] { p->Deliver(); });
+  };
+
+  // The key's turn: on the executor.
+  auto on_turn = [p](KeyLease lease) {
+    if (!lease.held()) {
+      // Too many writes already wait for this key (enforce mode only:
+      // shadow mode never refuses, SPEC 5, so its writes always queue). No
+      // Advance was made for this write.
+      FenceVerdict v;
+      v.outcome = "overloaded";
+      Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
+                          "too many writes are waiting for this key (limits."
+                          "max_waiting_per_key = " +
+                              std::to_string(p->filter.max_waiting_per_key()) + "); retry later",
+                          {{"key", p->key}});
+      r.set(http::field::retry_after, "1");
+      v.reply = std::move(r);
+      FenceFilter::Handler h = std::move(p->handler);
+      return h(std::move(v));
+    }
+    {
+      std::lock_guard lock(p->mu);
+      if (p->delivered) return;  // refused already; `lease` hands the key on
+      p->lease = std::move(lease);
+      if (!p->answered) return;  // the store's answer delivers
+      p->delivered = true;
+    }
+    p->Deliver();  // already on the executor
+  };
+
+  // Steps 3 and 4 overlap: the Advance is enqueued as soon as the write has
+  // its place in the key's queue, under the queue's lock, so that the store
+  // (which decides in call order, token_store.h) decides the writes of a key
+  // in the order they will be forwarded. While one write's upstream exchange
+  // runs, the next one's check-and-advance (and its fsync, shared with the
+  // writes queued behind it) is already done. Forwarding still waits for the
+  // turn, so writes to a key reach the backend one at a time, in order.
   queue_.Acquire(
-      intent.key, executor,
-      [this, key = intent.key, token = intent.token, shadow = intent.shadow, executor,
-       handler = std::move(handler)](KeyLease lease) mutable {
-        if (!lease.held()) {
-          // Too many writes already wait for this key (enforce mode only:
-          // shadow mode never refuses, SPEC 5, so its writes always queue).
-          FenceVerdict v;
-          v.outcome = "overloaded";
-          Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
-                              "too many writes are waiting for this key (limits."
-                              "max_waiting_per_key = " +
-                                  std::to_string(queue_.max_waiting_per_key()) +
-                                  "); retry later",
-                              {{"key", key}});
-          r.set(http::field::retry_after, "1");
-          v.reply = std::move(r);
-          return handler(std::move(v));  // already on `executor`
-        }
-        // The lease travels through the store's thread and back; it is
-        // released only when the verdict (and so the exchange) is done.
-        auto shared_lease = std::make_shared<KeyLease>(std::move(lease));
-        store_.Advance(
-            key, token,
-            [this, key, token, shadow, executor, shared_lease,
-             handler = std::move(handler)](const storage::Status& status,
-                                           storage::Fence fence) mutable {
-              FenceVerdict v;
-              v.lease = std::move(*shared_lease);
-              v.current = fence.current;
-              if (!status.ok()) {
-                v.outcome = "store_unavailable";
-                v.reply = MakeStoreError(status);
-              } else if (!fence.accepted) {
-                v.outcome = "stale";
-                v.reply = MakeStale(key, token, fence.current);
-              } else {
-                v.outcome = "forwarded";
-                v.forward = true;
-              }
-              if (shadow && !v.forward) {
-                v.shadow_violation = v.outcome;
-                CountShadowViolation();
-                v.forward = true;
-                v.reply.reset();
-                v.outcome = "forwarded";
-              }
-              if (!v.forward) v.lease.Release();  // nothing will be forwarded
-              boost::asio::post(executor, [handler = std::move(handler),
-                                           v = std::move(v)]() mutable { handler(std::move(v)); });
-            });
-      },
-      /*bounded=*/!intent.shadow);
+      intent.key, p->executor, std::move(on_turn), /*bounded=*/!intent.shadow,
+      [this, &intent, &on_answer] { store_.Advance(intent.key, intent.token, on_answer); });
 }
+
+size_t FenceFilter::max_waiting_per_key() const { return queue_.max_waiting_per_key(); }
 
 }  // namespace fencegate::proxy

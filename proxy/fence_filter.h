@@ -68,11 +68,20 @@ class FenceFilter {
 
   FenceFilter(storage::TokenStore& store, KeyQueue& queue) : store_(store), queue_(queue) {}
 
-  // Steps 3-4: waits for the key's turn, then check-and-advance. `handler`
-  // runs on `executor`. When the key's queue is full the verdict is a 503
-  // too_many_waiting (outcome "overloaded") without waiting. In shadow mode the verdict is always forward; a stale
-  // token or a store error is reported in shadow_violation instead.
+  // Steps 3-4: the key's turn and the check-and-advance. `handler` runs on
+  // `executor`, once. The Advance is made as soon as the write has its place
+  // in the key's queue (so it overlaps the exchange of the write ahead; the
+  // store decides a key's writes in queue order), and a forward verdict
+  // comes only with the key's turn: writes to a key are forwarded one at a
+  // time, in order. A refusal (409 stale, 503 store error) comes as soon as
+  // the store answers, without waiting for the turn. When the key's queue is
+  // full the verdict is a 503 too_many_waiting (outcome "overloaded") at
+  // once and nothing reaches the store. In shadow mode the verdict is always
+  // forward, in turn; a stale token or a store error is reported in
+  // shadow_violation instead.
   void Check(const WriteIntent& intent, boost::asio::any_io_executor executor, Handler handler);
+
+  size_t max_waiting_per_key() const;
 
   uint64_t shadow_violations() const { return shadow_violations_.load(); }
   void CountShadowViolation() { shadow_violations_.fetch_add(1, std::memory_order_relaxed); }

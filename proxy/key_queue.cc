@@ -24,7 +24,7 @@ void KeyLease::Release() {
 }
 
 void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor executor,
-                       Handler handler, bool bounded) {
+                       Handler handler, bool bounded, const std::function<void()>& on_queued) {
   {
     std::lock_guard lock(mu_);
     auto [it, inserted] = keys_.try_emplace(key);
@@ -36,6 +36,20 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
       it->second.push_back(Waiter{
           boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
           std::move(handler)});
+    }
+    if (on_queued) {
+      try {
+        on_queued();
+      } catch (...) {  // the place is given back: nobody would ever use it
+        if (inserted) {
+          keys_.erase(it);
+        } else {
+          it->second.pop_back();
+        }
+        throw;
+      }
+    }
+    if (!inserted) {
       waiting_.fetch_add(1, std::memory_order_relaxed);
       return;
     }

@@ -62,8 +62,15 @@ class KeyQueue {
   // the handler is posted at once with an empty lease (!lease.held()): the
   // caller refuses. Unbounded callers (shadow mode, which never refuses)
   // always queue.
+  //
+  // `on_queued`, when given, runs inside Acquire, under the queue's lock,
+  // once the caller has its place (never when refused). Two callers of one
+  // key therefore run their on_queued in the same order as they will get the
+  // key: the fence filter enqueues its store Advance there, so that the
+  // store decides a key's writes in the order they will be forwarded. It
+  // must be short and must not call back into this queue.
   void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler,
-               bool bounded = true);
+               bool bounded = true, const std::function<void()>& on_queued = {});
 
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }
 

@@ -1,7 +1,8 @@
 // Fuzz target: sequences of fenced writes through the real FenceFilter and
 // KeyQueue (SPEC section 1, steps 3-4), against a store whose answers the
-// fuzzer delivers in any order, failing some, and an upstream exchange
-// whose end (the lease's release) the fuzzer also chooses.
+// fuzzer delivers in any order across keys (each key's in call order, as
+// token_store.h requires), failing some, and an upstream exchange whose end
+// (the lease's release) the fuzzer also chooses.
 //
 // The input is a list of operations, two bytes each:
 //   write   key 0..3, token 0..7, enforce or shadow mode
@@ -12,10 +13,11 @@
 // and at the end every exchange ends and every answer is delivered.
 //
 // Invariants checked (a violation traps):
-//  - per key, at most one write holds the key and at most one Advance is in
-//    the store at a time (mutual exclusion);
-//  - per key, verdicts come in arrival order (FIFO), each write gets
-//    exactly one verdict, and nothing waits once all is delivered;
+//  - per key, at most one write holds the key at a time (mutual exclusion);
+//  - per key, Advances reach the store in arrival order, and forwarded
+//    writes get their verdicts in arrival order (FIFO), after every earlier
+//    write of the key had its verdict; each write gets exactly one verdict,
+//    and nothing waits once all is delivered;
 //  - enforce mode forwards iff the store accepted (token >= the highest
 //    accepted or raised before it, in the store's order) and answers 409
 //    with that highest value otherwise, 503 when the store failed, and 503
@@ -53,7 +55,6 @@ class HeldStore : public storage::TokenStore {
   std::map<std::string, uint64_t> stored;
 
   void Advance(std::string key, uint64_t token, FenceHandler h) override {
-    for (const auto& p : pending) FUZZ_CHECK(p.key != key);  // one Advance per key at a time
     pending.push_back({std::move(key), token, std::move(h)});
   }
   void Raise(std::string key, uint64_t token, FenceHandler h) override {
@@ -68,7 +69,15 @@ class HeldStore : public storage::TokenStore {
   storage::Status Health() const override { return {}; }
   storage::Status Close() override { return {}; }
 
-  // Delivers pending[i]; returns the answer's key.
+  // Index of the oldest pending Advance of pending[i]'s key: the one a store
+  // that decides in call order answers next for that key.
+  size_t OldestOfKey(size_t i) const {
+    for (size_t j = 0; j < i; ++j) {
+      if (pending[j].key == pending[i].key) return j;
+    }
+    return i;
+  }
+  // Decides and delivers pending[i].
   void Answer(size_t i, bool fail) {
     Pending p = std::move(pending[i]);
     pending.erase(pending.begin() + static_cast<ptrdiff_t>(i));
@@ -91,27 +100,27 @@ struct Write {
 
 struct Model {
   std::vector<Write> writes;
-  std::deque<size_t> order[kKeys];  // writes of each key without a verdict, in arrival order
+  std::deque<size_t> order[kKeys];     // writes of each key without a verdict, in arrival order
+  std::deque<size_t> in_store[kKeys];  // writes of each key whose Advance awaits its answer
   // Forwarded writes whose upstream exchange has not ended: key, lease.
   std::vector<std::pair<int, proxy::KeyLease>> held;
   std::map<size_t, bool> failed;              // write -> its store answer failed (once answered)
   std::map<size_t, uint64_t> expect_current;  // write -> the stored max before its answer
   HeldStore* store = nullptr;
 
-  // The store answers pending[idx]: note what the model expects for the
-  // write it belongs to (the oldest unanswered write of that key; only the
-  // write holding the key can be in the store).
+  // The store answers the oldest pending Advance of pending[idx]'s key:
+  // note what the model expects for the write it belongs to.
   void Answer(size_t idx, bool fail) {
+    idx = store->OldestOfKey(idx);
     const std::string key_name = store->pending[idx].key;
     int key = key_name.back() - '0';
-    for (size_t id : order[key]) {
-      if (!failed.count(id)) {
-        failed[id] = fail;
-        auto it = store->stored.find(key_name);
-        expect_current[id] = it == store->stored.end() ? 0 : it->second;
-        break;
-      }
-    }
+    FUZZ_CHECK(!in_store[key].empty());
+    size_t id = in_store[key].front();
+    in_store[key].pop_front();
+    FUZZ_CHECK(writes[id].token == store->pending[idx].token);  // Advances in arrival order
+    failed[id] = fail;
+    auto it = store->stored.find(key_name);
+    expect_current[id] = it == store->stored.end() ? 0 : it->second;
     store->Answer(idx, fail);
   }
 };
@@ -131,9 +140,13 @@ void OnVerdict(Model& m, size_t id, size_t waiting_before, proxy::FenceVerdict v
     q.erase(std::find(q.begin(), q.end(), id));
     return;
   }
-  FUZZ_CHECK(!q.empty() && q.front() == id);  // FIFO per key
-  q.pop_front();
   FUZZ_CHECK(m.failed.count(id) == 1);  // the store answered this write
+  if (v.forward) {
+    FUZZ_CHECK(!q.empty() && q.front() == id);  // FIFO per key
+    q.pop_front();
+  } else {
+    q.erase(std::find(q.begin(), q.end(), id));  // a refusal needs no turn
+  }
   if (w.shadow) {
     FUZZ_CHECK(v.forward && !v.reply);
   } else if (m.failed[id]) {
@@ -191,9 +204,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         intent.token = w.token;
         intent.shadow = w.shadow;
         size_t waiting_before = queue.waiting();
+        size_t pending_before = store.pending.size();
         filter.Check(intent, ioc.get_executor(), [&m, id, waiting_before](proxy::FenceVerdict v) {
           OnVerdict(m, id, waiting_before, std::move(v));
         });
+        // The Advance is made inside Check, unless the key's queue was full.
+        if (store.pending.size() == pending_before + 1) {
+          FUZZ_CHECK(store.pending.back().key == intent.key);
+          m.in_store[w.key].push_back(id);
+        } else {
+          FUZZ_CHECK(store.pending.size() == pending_before);
+        }
         break;
       }
       case 1:  // a store answer, any pending one, ok or failed

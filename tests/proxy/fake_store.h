@@ -1,7 +1,9 @@
 #pragma once
 // An in-memory TokenStore for filter tests: same contract as the real
-// engines, answers on a thread of its own, and can be told to fail.
+// engines (decides in call order), answers on a thread of its own, and can
+// be told to fail.
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -17,32 +19,30 @@ class FakeStore : public storage::TokenStore {
   std::atomic<bool> fail{false};
   std::atomic<int> advances{0};
 
+  // Advance and Raise decide at once, in call order (token_store.h), and
+  // answer from a thread of their own.
   void Advance(std::string key, uint64_t token, FenceHandler h) override {
     advances++;
-    Answer([this, key, token, h] {
-      if (fail) return h(storage::Status::IoError("injected"), {});
-      storage::Fence f;
-      {
-        std::lock_guard lock(mu_);
-        uint64_t& cur = map_[key];
-        f.accepted = token >= cur;
-        if (f.accepted) cur = token;
-        f.current = cur;
-      }
-      h({}, f);  // nothing touches `this` after the handler
-    });
+    if (fail) return Answer([h] { h(storage::Status::IoError("injected"), {}); });
+    storage::Fence f;
+    {
+      std::lock_guard lock(mu_);
+      uint64_t& cur = map_[key];
+      f.accepted = token >= cur;
+      if (f.accepted) cur = token;
+      f.current = cur;
+    }
+    Answer([h, f] { h({}, f); });  // nothing touches `this` after the handler
   }
   void Raise(std::string key, uint64_t token, FenceHandler h) override {
-    Answer([this, key, token, h] {
-      storage::Fence f{true, 0};
-      {
-        std::lock_guard lock(mu_);
-        uint64_t& cur = map_[key];
-        cur = std::max(cur, token);
-        f.current = cur;
-      }
-      h({}, f);
-    });
+    storage::Fence f{true, 0};
+    {
+      std::lock_guard lock(mu_);
+      uint64_t& cur = map_[key];
+      cur = std::max(cur, token);
+      f.current = cur;
+    }
+    Answer([h, f] { h({}, f); });
   }
   void Get(std::string key, GetHandler h) override {
     Answer([this, key, h] {

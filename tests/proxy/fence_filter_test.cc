@@ -148,6 +148,59 @@ TEST_F(FenceFilterTest, FullKeyQueueIs503AtOnceAndTheQueueStillDrains) {
   EXPECT_EQ(small.active_keys(), 0u);
 }
 
+// The check-and-advance of a write that waits for its key is made at once
+// (it overlaps the exchange ahead of it), but the write is forwarded only in
+// its turn; a stale one is refused without waiting for its turn.
+TEST_F(FenceFilterTest, AWaitingWriteIsCheckedAtOnceAndForwardedInItsTurn) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  boost::asio::io_context ioc;  // see the test above for this order
+  testing::FakeStore store;
+  KeyQueue queue;
+  FenceFilter filter(store, queue);
+  auto guard = boost::asio::make_work_guard(ioc);
+  std::vector<FenceVerdict> got;
+  auto run_until = [&](size_t n) {
+    for (int i = 0; i < 1000 && got.size() < n; ++i) {
+      ioc.run_one_for(std::chrono::milliseconds(10));
+    }
+    return got.size() == n;
+  };
+  auto check = [&](const char* token) {
+    filter.Check(Classify("PUT", "/objects/x", token), ioc.get_executor(),
+                 [&](FenceVerdict v) { got.push_back(std::move(v)); });
+  };
+  check("5");
+  ASSERT_TRUE(run_until(1));
+  ASSERT_TRUE(got[0].forward);  // holds the key
+
+  check("6");
+  EXPECT_EQ(store.advances, 2);  // already checked and advanced ...
+  std::promise<std::optional<uint64_t>> stored;
+  store.Get("/objects/x", [&](const storage::Status&, std::optional<uint64_t> v) {
+    stored.set_value(v);
+  });
+  EXPECT_EQ(stored.get_future().get(), 6u);
+  check("4");  // ... and a stale write behind both is refused at once
+  ASSERT_TRUE(run_until(2));
+  EXPECT_EQ(got[1].outcome, "stale");
+  EXPECT_EQ(got[1].current, 6u);
+  EXPECT_FALSE(got[1].lease.held());
+  EXPECT_TRUE(got[0].lease.held());  // while the first still holds the key
+  EXPECT_EQ(queue.waiting(), 2u);    // the refused one still has its place
+
+  got[0].lease.Release();  // ... the token-6 write goes on
+  ASSERT_TRUE(run_until(3));
+  EXPECT_TRUE(got[2].forward);
+  EXPECT_TRUE(got[2].lease.held());
+  EXPECT_EQ(queue.waiting(), 1u);  // the refused one's turn is next, and is handed on
+  got[2].lease.Release();
+  for (int i = 0; i < 1000 && queue.active_keys() > 0; ++i) {
+    ioc.run_one_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(queue.active_keys(), 0u);
+  EXPECT_EQ(got.size(), 3u);
+}
+
 TEST_F(FenceFilterTest, ShadowModeNeverRefusesAFullKeyQueue) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kShadow)});
   boost::asio::io_context ioc;  // see the test above for this order

@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,53 @@ TEST(KeyQueue, SameKeyRunsOneAtATimeInArrivalOrder) {
   ASSERT_EQ(events, (std::vector<std::string>{"start 0", "start 1", "start 2"}));
   held[2].Release();
   EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+TEST(KeyQueue, OnQueuedRunsInsideAcquireInTurnOrderAndNotWhenRefused) {
+  io_context ioc;
+  KeyQueue q(1);  // one may wait behind the holder
+  std::vector<std::string> events;
+  std::vector<KeyLease> held;
+  for (int i = 0; i < 3; ++i) {
+    q.Acquire(
+        "k", ioc.get_executor(),
+        [&, i](KeyLease lease) {
+          events.push_back((lease.held() ? "turn " : "refused ") + std::to_string(i));
+          if (lease.held()) held.push_back(std::move(lease));
+        },
+        /*bounded=*/true, [&, i] { events.push_back("queued " + std::to_string(i)); });
+  }
+  // on_queued ran inside Acquire, before any handler; the third was refused.
+  EXPECT_EQ(events, (std::vector<std::string>{"queued 0", "queued 1"}));
+  ioc.poll();
+  ioc.restart();
+  EXPECT_EQ(events, (std::vector<std::string>{"queued 0", "queued 1", "turn 0", "refused 2"}));
+  held[0].Release();
+  ioc.poll();
+  ioc.restart();
+  EXPECT_EQ(events.back(), "turn 1");
+  held[1].Release();
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+TEST(KeyQueue, AThrowingOnQueuedGivesThePlaceBack) {
+  io_context ioc;
+  KeyQueue q;
+  std::vector<KeyLease> held;
+  auto take = [&](KeyLease lease) { held.push_back(std::move(lease)); };
+  q.Acquire("k", ioc.get_executor(), take);
+  EXPECT_THROW(q.Acquire("k", ioc.get_executor(), take, true,
+                         [] { throw std::runtime_error("no memory"); }),
+               std::runtime_error);
+  EXPECT_THROW(q.Acquire("other", ioc.get_executor(), take, true,
+                         [] { throw std::runtime_error("no memory"); }),
+               std::runtime_error);
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.active_keys(), 1u);  // only "k", held by the first
+  ioc.poll();
+  ASSERT_EQ(held.size(), 1u);
+  held[0].Release();
   EXPECT_EQ(q.active_keys(), 0u);
 }
 
