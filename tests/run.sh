@@ -3,7 +3,7 @@
 # suite) through ctest, then the sanitizer and fuzz stages. This is what CI
 # runs (.ci/run). Stages, in order, each timed in the log's last lines:
 #   lint   clang-tidy and cppcheck (tests/lint.sh)
-#   build  the g++ build of everything
+#   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
 #   ctest  unit tests, integration suite, chaos.short
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
@@ -17,6 +17,7 @@
 #   FENCEGATE_BUILD_DIR  build directory (default build/ at the repo root)
 #   FENCEGATE_SANITIZE   "", "address" or "thread" (sanitizer build)
 #   CTEST_ARGS           extra ctest arguments, e.g. "-R integration"
+#   CTEST_JOBS           tests ctest runs at once (default 2)
 #   FENCEGATE_SKIP_LINT  1: skip the static analysis stage (tests/lint.sh)
 #   FENCEGATE_SKIP_TSAN  1: skip the ThreadSanitizer stage (tests/tsan.sh)
 #   FENCEGATE_SKIP_ASAN  1: skip the ASan+UBSan stage (tests/asan.sh)
@@ -62,14 +63,17 @@ fi
 build() {  # (set -e does not apply inside `stage`: hence the &&)
   cmake -S "$ROOT" -B "$BUILD" -G Ninja \
     -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}" &&
+    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}" -DFENCEGATE_LINE_TABLES_ONLY=ON &&
     cmake --build "$BUILD"
 }
 stage build build
 
 # --no-tests=error: a build that registered no test is a failure, not a pass.
+# -j 2: chaos.short (about three minutes of one process tree under faults)
+# runs beside the integration suite and the unit tests instead of after them.
 # shellcheck disable=SC2086
-stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error ${CTEST_ARGS:-}
+stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "${CTEST_JOBS:-2}" \
+  ${CTEST_ARGS:-}
 
 # The concurrency tests under ThreadSanitizer (tests/tsan.sh).
 if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
