@@ -6,6 +6,8 @@
 --              the one it already holds (no 409 expected).
 --   MODE hot:  every request goes to /objects/hot with the token BASE
 --              (one lock holder writing many times: equal tokens are accepted).
+--   MODE plain: as keys, under /plain/ (no fenced route: pass-through), to
+--              measure the same PUT without fencing.
 -- BASE must grow between runs against the same store (run.py passes one).
 -- Prints "WRKJSON {...}" like get.lua.
 
@@ -38,7 +40,8 @@ function request()
     path = "/objects/hot"
     headers["Fencing-Token"] = string.format("%.0f", base)
   else
-    path = string.format("/objects/t%d/k%d", id, counter % nkeys)
+    local prefix = mode == "plain" and "/plain" or "/objects"
+    path = string.format("%s/t%d/k%d", prefix, id, counter % nkeys)
     headers["Fencing-Token"] = string.format("%.0f", base + counter)
   end
   return wrk.format("PUT", path, headers, body)

@@ -50,13 +50,15 @@ GET_BODY = "fencegate-bench " * 8  # 128 bytes
 # name -> (wrk script, script args builder, fencegate durability)
 SCENARIOS = {
     "get": "pass-through GET, 128-byte body",
+    "put_pass": "unfenced PUT (pass-through), distinct paths, same bodies and backend work "
+                "as put_async",
     "put_async": "fenced PUT, distinct keys (10k per wrk thread), durability async",
     "put_sync": "fenced PUT, distinct keys (10k per wrk thread), durability sync",
     "put_hot": "fenced PUT, one hot key (serialised by design), async",
     "put_64k": "fenced PUT, 64 KiB body, distinct keys, async",
     "put_1m": "fenced PUT, 1 MiB body, distinct keys, async",
 }
-BODY_BYTES = {"put_async": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
+BODY_BYTES = {"put_pass": 16, "put_async": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
               "put_1m": 1 << 20}
 
 
@@ -161,7 +163,7 @@ BACKEND_SERVER = """  server {{
     location = /objects/static {{
       return 200 "{get_body}";
     }}
-    location ~ ^/objects/ {{
+    location ~ ^/(objects|plain)/ {{
       alias {www}/blob;
       dav_methods PUT;
       dav_access user:rw;
@@ -369,7 +371,7 @@ def run_wrk(args, url, scenario, conns, duration):
     if scenario == "get":
         script, extra = "get.lua", ["/objects/static"]
     else:
-        mode = "hot" if scenario == "put_hot" else "keys"
+        mode = {"put_hot": "hot", "put_pass": "plain"}.get(scenario, "keys")
         base = time.time_ns() // 1000  # grows between runs: tokens never go down
         script, extra = "put.lua", [mode, str(base), "10000", str(BODY_BYTES[scenario])]
     argv = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{duration}s",
@@ -781,7 +783,7 @@ def main():
                     if fsyncs:
                         row["fencegate"]["fsyncs_per_s"] = round(statistics.mean(fsyncs), 1)
                     out["results"][sc][str(c)] = row
-                if sc != "get":
+                if sc not in ("get", "put_pass"):
                     key = "/objects/hot" if sc == "put_hot" else "/objects/t0/k5"
                     tok = fg.stored_token(key)
                     out["results"][sc]["stored_token_check"] = {"key": key, "token": tok}
@@ -842,6 +844,16 @@ def main():
                     if sc in res and c in res[sc]:
                         targets.setdefault(f"{sc}_over_fg_get", {})[c] = ratio(
                             res[sc][c]["fencegate"]["rps"], g)
+    if "put_pass" in res:
+        # The same PUT unfenced through fencegate: what fencing itself costs,
+        # with the backend's work (a file write) the same on both sides.
+        for c in res["put_pass"]:
+            if c.isdigit():
+                p = res["put_pass"][c]["fencegate"]["rps"]
+                for sc in ("put_async", "put_sync"):
+                    if sc in res and c in res[sc]:
+                        targets.setdefault(f"{sc}_over_fg_put_pass", {})[c] = ratio(
+                            res[sc][c]["fencegate"]["rps"], p)
     if "put_hot" in res and "put_async" in res and "1" in res["put_async"]:
         seq = res["put_async"]["1"]["direct"]["rps"]  # one client, straight to the backend
         targets["hot_over_direct_sequential"] = {
