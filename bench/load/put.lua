@@ -1,5 +1,5 @@
 -- wrk script: PUT with a Fencing-Token header.
--- Usage: wrk -s put.lua URL -- MODE BASE NKEYS BODY_BYTES
+-- Usage: wrk -s put.lua URL -- MODE BASE NKEYS BODY_BYTES [START]
 --   MODE keys: each wrk thread cycles over its own NKEYS keys
 --              (/objects/t<thread>/k<n>), tokens BASE+1, BASE+2, ... strictly
 --              increasing per thread, so a key never sees a lower token than
@@ -9,6 +9,8 @@
 --   MODE plain: as keys, under /plain/ (no fenced route: pass-through), to
 --              measure the same PUT without fencing.
 -- BASE must grow between runs against the same store (run.py passes one).
+-- START (default 0): the first key number of each thread, so that a run can
+-- go on with the keys where an earlier one stopped.
 -- Prints "WRKJSON {...}" like get.lua.
 
 local threads = {}
@@ -20,7 +22,8 @@ function setup(thread)
   table.insert(threads, thread)
 end
 
-local mode, base, nkeys, body, counter
+local mode, base, nkeys, body
+counter = 0  -- global, so that done() can read each thread's (thread:get)
 local headers = {}
 
 function init(args)
@@ -29,7 +32,7 @@ function init(args)
   nkeys = tonumber(args[3] or "10000")
   local size = tonumber(args[4] or "16")
   body = string.rep("x", size)
-  counter = 0
+  counter = tonumber(args[5] or "0")
   headers["Content-Type"] = "application/octet-stream"
 end
 
@@ -47,8 +50,16 @@ function request()
   return wrk.format("PUT", path, headers, body)
 end
 
--- Same reporter in get.lua: keep them identical.
+-- Same reporter in get.lua: keep them identical (plus the WRKKEYS line).
 function done(summary, latency, requests)
+  -- The lowest key counter of all threads: every thread wrote (or has in
+  -- flight) its keys up to it; run.py --keys starts the next run there.
+  local low
+  for _, t in ipairs(threads) do
+    local c = t:get("counter")
+    if c and (not low or c < low) then low = c end
+  end
+  io.write(string.format("WRKKEYS %.0f\n", low or 0))
   local e = summary.errors
   io.write(string.format(
     'WRKJSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..

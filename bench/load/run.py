@@ -473,27 +473,28 @@ def measure_keys(args, procs, work, backend_port):
     try:
         threads = max(1, args.wrk_threads)
         per_thread = -(-args.keys // threads)
-        stored = 0
-        base = time.time_ns() // 1000
-        # One wrk run makes the keys k0..k<requests per thread> of each thread;
-        # run until every thread went through its share once.
-        secs = 10
-        while True:
+        # Each wrk thread writes its own keys k<start>..k<per_thread - 1>; a run
+        # that ends early is followed by one that starts where it stopped.
+        start, stored, secs = 0, 0, 30
+        while start < per_thread:
+            base = time.time_ns() // 1000
             argv = ["wrk", "-t", str(threads), "-c", str(64), "-d", f"{secs}s", "--timeout",
                     "10s", "-s", os.path.join(HERE, "put.lua"), f"http://127.0.0.1:{fg.port}",
-                    "--", "keys", str(base), str(per_thread), "16"]
+                    "--", "keys", str(base), str(per_thread), "16", str(start)]
             out = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 120)
             line = next((l for l in out.stdout.splitlines() if l.startswith("WRKJSON ")), None)
             if not line:
                 raise RuntimeError(f"wrk failed: {out.stderr.strip()[-300:]}")
             r = json.loads(line[len("WRKJSON "):])
-            stored = min(args.keys, r["requests"])
-            if r["requests"] >= args.keys or secs >= 600:
-                break
-            rate = r["requests"] / (r["duration_us"] / 1e6)
-            secs = min(600, int(args.keys * 1.1 / max(rate, 1.0)) + 1)
-            log(f"keys: {r['requests']} writes in the first pass; one run of {secs}s next")
-            base = time.time_ns() // 1000
+            # The lowest per-thread key counter (put.lua): a key up to it may
+            # have been in flight when wrk stopped, so the next run writes it again.
+            low = next((int(l.split()[1]) for l in out.stdout.splitlines()
+                        if l.startswith("WRKKEYS ")), start)
+            if low - 64 <= start:
+                raise RuntimeError(f"keys: no progress in a {secs} s run ({r['requests']} answers)")
+            start = min(per_thread, low - 64)
+            stored = start * threads
+            log(f"keys: {stored} of {args.keys} written")
         result["keys_stored"] = stored
         result["write_errors"] = r["errors"]
         result["rss_kib_after_writes"] = rss_kib(fg.pid)
