@@ -109,7 +109,14 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
   if (options.env != nullptr) o.env = options.env;
   o.listeners.push_back(std::make_shared<ManualRecovery>());
   o.max_background_jobs = 2;
-  o.write_buffer_size = 32 << 20;
+  // Memory: at most two 8 MiB memtables (one filling, one being flushed)
+  // and a 16 MiB block cache, so the store stays within about 32 MiB
+  // however many keys it holds (issue 7: <= 64 MiB resident with 1M keys;
+  // with 32 MiB memtables and a 32 MiB cache it was 71 MiB). A key record
+  // is ~60 bytes in a memtable: a flush every ~130k new keys, into a small
+  // L0 file; the keys are point-looked-up, never scanned on the write path.
+  o.write_buffer_size = 8 << 20;
+  o.max_write_buffer_number = 2;
   o.max_total_wal_size = 128 << 20;
   o.level_compaction_dynamic_level_bytes = true;
   o.keep_log_file_num = 5;  // RocksDB's own info LOG files
@@ -119,7 +126,7 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
   // data blocks make a Get of an absent key cheap.
   rocksdb::BlockBasedTableOptions table;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  table.block_cache = rocksdb::NewLRUCache(32 << 20);
+  table.block_cache = rocksdb::NewLRUCache(16 << 20);
   table.cache_index_and_filter_blocks = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   table.data_block_index_type =
