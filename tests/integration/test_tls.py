@@ -254,6 +254,23 @@ def test_https_upstream_with_our_ca(make_gate, tls_backend, pki):
     assert log[0]["sni"] is None  # an IP address is verified but never sent as SNI
 
 
+def test_large_bodies_cross_tls_both_ways_intact(make_gate, tls_backend, pki):
+    """A 3 MiB body through a TLS listener to an https upstream and back: the
+    TLS stream is handed one buffer of a sequence at a time (MaybeTlsStream),
+    so a body in many buffers (head, chunks, 64 KiB pieces) must still arrive
+    whole and in order, in both directions."""
+    b = tls_backend()
+    gate = make_gate(tls=listener_tls(pki), upstream=https_upstream(b, ca_file=pki.path("ca.pem")))
+    ctx = pki.client_context()
+    body = b"".join(b"%07d:" % i + bytes([65 + i % 26]) * 56 for i in range(3 * 16384))
+    assert len(body) == 3 << 20
+    r = tls_put(gate, ctx, "/objects/big", 9, body)
+    assert r.status == 201, r
+    assert forwarded_requests(b)[0]["body"] == body.decode(), "the backend got other bytes"
+    r = request(gate.proxy, "GET", "/objects/big", tls=ctx, server_hostname="localhost")
+    assert r.status == 200 and r.body == body, (r.status, len(r.body))
+
+
 def test_https_upstream_reuses_its_tls_connections(make_gate, tls_backend, pki):
     b = tls_backend()
     # One worker thread: each worker has its own pool.
