@@ -8,7 +8,7 @@
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
-#   fuzz   the libFuzzer targets, 20 s each (tests/fuzz/run.sh)
+#   fuzz   the libFuzzer targets, 15 s each (tests/fuzz/run.sh)
 #
 #   bash tests/run.sh
 #
@@ -86,7 +86,7 @@ if [[ "${FENCEGATE_SKIP_ASAN:-0}" != 1 ]]; then
   stage asan bash "$ROOT/tests/asan.sh"
 fi
 
-# The fuzz stage: the libFuzzer targets of that clang build, 20 s each.
+# The fuzz stage: the libFuzzer targets of that clang build, 15 s each.
 if [[ "${FENCEGATE_SKIP_FUZZ:-0}" != 1 ]]; then
   stage fuzz bash "$ROOT/tests/fuzz/run.sh"
 fi

@@ -3,7 +3,7 @@
 # runs each one on a copy of its seed corpus. tests/run.sh calls this after
 # ctest (FENCEGATE_SKIP_FUZZ=1 skips it).
 #
-#   bash tests/fuzz/run.sh                  # every target, FUZZ_SECONDS each (default 20)
+#   bash tests/fuzz/run.sh                  # every target, FUZZ_SECONDS each (default 15)
 #   bash tests/fuzz/run.sh --long           # every target, one hour each
 #   bash tests/fuzz/run.sh request token    # some targets (names as in corpus/)
 #
@@ -14,7 +14,7 @@
 # $FENCEGATE_FUZZ_BUILD_DIR/findings/<target>/ with the command that replays them.
 #
 # Environment:
-#   FUZZ_SECONDS              seconds per target (default 20; --long: 3600)
+#   FUZZ_SECONDS              seconds per target (default 15; --long: 3600)
 #   FENCEGATE_FUZZ_BUILD_DIR  clang build directory (default build-fuzz/ at the repo root)
 #   FUZZ_BUILD_JOBS           parallel compile jobs (default 2)
 set -euo pipefail
@@ -22,7 +22,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/tests/fuzz"
 BUILD="${FENCEGATE_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
-SECONDS_PER_TARGET="${FUZZ_SECONDS:-20}"
+SECONDS_PER_TARGET="${FUZZ_SECONDS:-15}"
 ALL_TARGETS=(request canonical_path token config lock_request admin_request upstream_response
   fence_ops)
 
