@@ -124,11 +124,19 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
 
   // Small values, point lookups only: bloom filters and a hash index in
   // data blocks make a Get of an absent key cheap.
+  //
+  // Filter and index blocks live with their table files, outside the block
+  // cache (cache_index_and_filter_blocks = false), loaded once when a file is
+  // opened: about 1.5 bytes per key (15 MB for 10M keys). In the cache they
+  // were a trap: a file's filter is one block (3.3 MB for 2.6M keys), larger
+  // than a shard of the cache (16 MiB / 64 shards), so it was evicted at once
+  // and every Get read the whole filter again -- 3 MB of pread per fenced
+  // write, ~1,700 writes/s, once the store held a few million keys (found
+  // when `fencegate import` of 10M keys crawled, bench/load/run.py --keys).
   rocksdb::BlockBasedTableOptions table;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.block_cache = rocksdb::NewLRUCache(16 << 20);
-  table.cache_index_and_filter_blocks = true;
-  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.cache_index_and_filter_blocks = false;
   table.data_block_index_type =
       rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
