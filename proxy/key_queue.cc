@@ -23,36 +23,41 @@ void KeyLease::Release() {
   if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_);
 }
 
+namespace {
+
+// Runs on_queued; if it throws, `undo` gives the caller's place back first.
+template <class Undo>
+void RunOnQueued(const std::function<void()>& on_queued, Undo undo) {
+  if (!on_queued) return;
+  try {
+    on_queued();
+  } catch (...) {  // nobody would ever use the place
+    undo();
+    throw;
+  }
+}
+
+}  // namespace
+
 void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor executor,
                        Handler handler, bool bounded, const std::function<void()>& on_queued) {
   {
     std::lock_guard lock(mu_);
     auto [it, inserted] = keys_.try_emplace(key);
-    if (!inserted && bounded && it->second.size() >= max_waiting_per_key_) {
-      boost::asio::post(executor, [h = std::move(handler)]() mutable { h(KeyLease()); });
-      return;
-    }
     if (!inserted) {
-      it->second.push_back(Waiter{
+      if (bounded && it->second.size() >= max_waiting_per_key_) {
+        boost::asio::post(executor, [h = std::move(handler)]() mutable { h(KeyLease()); });
+        return;
+      }
+      auto& waiters = it->second;
+      waiters.push_back(Waiter{
           boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
           std::move(handler)});
-    }
-    if (on_queued) {
-      try {
-        on_queued();
-      } catch (...) {  // the place is given back: nobody would ever use it
-        if (inserted) {
-          keys_.erase(it);
-        } else {
-          it->second.pop_back();
-        }
-        throw;
-      }
-    }
-    if (!inserted) {
+      RunOnQueued(on_queued, [&waiters] { waiters.pop_back(); });
       waiting_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    RunOnQueued(on_queued, [this, it = it] { keys_.erase(it); });
   }
   boost::asio::post(executor, [this, key, h = std::move(handler)]() mutable {
     h(KeyLease(this, key));

@@ -28,7 +28,6 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -37,9 +36,11 @@ namespace fencegate::proxy {
 // A move-only void(error_code, size_t) completion handler of any type.
 class ErasedIoHandler {
  public:
+  // By value (a template, never a forwarding reference that would hide the
+  // move constructor): the caller moves the handler in.
   template <class Handler>
-  explicit ErasedIoHandler(Handler&& handler)
-      : impl_(std::make_unique<Impl<std::decay_t<Handler>>>(std::forward<Handler>(handler))) {}
+  explicit ErasedIoHandler(Handler handler)
+      : impl_(std::make_unique<Impl<Handler>>(std::move(handler))) {}
 
   void operator()(boost::system::error_code ec, std::size_t n) {
     std::unique_ptr<Base> impl = std::move(impl_);  // called once
@@ -56,8 +57,7 @@ class ErasedIoHandler {
   };
   template <class Handler>
   struct Impl final : Base {
-    template <class H>
-    explicit Impl(H&& h) : handler(std::forward<H>(h)) {}
+    explicit Impl(Handler&& h) : handler(std::move(h)) {}
     void Call(boost::system::error_code ec, std::size_t n) override {
       std::move(handler)(ec, n);
     }
