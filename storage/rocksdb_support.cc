@@ -110,9 +110,10 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
   o.listeners.push_back(std::make_shared<ManualRecovery>());
   o.max_background_jobs = 2;
   // Memory: at most two 8 MiB memtables (one filling, one being flushed)
-  // and a 16 MiB block cache, so the store stays within about 32 MiB
-  // however many keys it holds (issue 7: <= 64 MiB resident with 1M keys;
-  // with 32 MiB memtables and a 32 MiB cache it was 71 MiB). A key record
+  // and a 16 MiB block cache: 32 MiB whatever the number of keys, plus the
+  // filters and indexes below, which grow with it (~1.5 bytes a key). Issue
+  // 7: <= 64 MiB resident with 1M keys; with 32 MiB memtables and a 32 MiB
+  // cache it was 71 MiB, now 46. A key record
   // is ~60 bytes in a memtable: a flush every ~130k new keys, into a small
   // L0 file; the keys are point-looked-up, never scanned on the write path.
   o.write_buffer_size = 8 << 20;
