@@ -4,11 +4,11 @@
 # runs (.ci/run). Stages, in order, each timed in the log's last lines:
 #   lint   clang-tidy and cppcheck (tests/lint.sh)
 #   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
-#   ctest  unit tests, integration suite, chaos.short
+#   ctest  unit tests, integration suite, chaos.short.*
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
-#   fuzz   the libFuzzer targets, 15 s each (tests/fuzz/run.sh)
+#   fuzz   the libFuzzer targets, 15 s each, two at a time (tests/fuzz/run.sh)
 #
 #   bash tests/run.sh
 #
@@ -17,7 +17,7 @@
 #   FENCEGATE_BUILD_DIR  build directory (default build/ at the repo root)
 #   FENCEGATE_SANITIZE   "", "address" or "thread" (sanitizer build)
 #   CTEST_ARGS           extra ctest arguments, e.g. "-R integration"
-#   CTEST_JOBS           tests ctest runs at once (default 2)
+#   CTEST_JOBS           tests ctest runs at once (default 4)
 #   FENCEGATE_SKIP_LINT  1: skip the static analysis stage (tests/lint.sh)
 #   FENCEGATE_SKIP_TSAN  1: skip the ThreadSanitizer stage (tests/tsan.sh)
 #   FENCEGATE_SKIP_ASAN  1: skip the ASan+UBSan stage (tests/asan.sh)
@@ -60,19 +60,25 @@ if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
   stage lint bash "$ROOT/tests/lint.sh"
 fi
 
+# The fuzz targets' seed replays (fuzz.replay.*) run in the ASan stage's
+# clang build; this build compiles them only when that stage is skipped.
+replay=OFF
+[[ "${FENCEGATE_SKIP_ASAN:-0}" != 1 ]] || replay=ON
 build() {  # (set -e does not apply inside `stage`: hence the &&)
   cmake -S "$ROOT" -B "$BUILD" -G Ninja \
     -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}" -DFENCEGATE_LINE_TABLES_ONLY=ON &&
+    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}" -DFENCEGATE_LINE_TABLES_ONLY=ON \
+    -DFENCEGATE_FUZZ_REPLAY="$replay" &&
     cmake --build "$BUILD"
 }
 stage build build
 
 # --no-tests=error: a build that registered no test is a failure, not a pass.
-# -j 2: chaos.short (about three minutes of one process tree under faults)
-# runs beside the integration suite and the unit tests instead of after them.
+# -j 4: each integration file and each chaos.short configuration is its own
+# ctest entry, and most of their time is spent waiting on the processes they
+# start (the stage uses about one core of two), so four run side by side.
 # shellcheck disable=SC2086
-stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "${CTEST_JOBS:-2}" \
+stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "${CTEST_JOBS:-4}" \
   ${CTEST_ARGS:-}
 
 # The concurrency tests under ThreadSanitizer (tests/tsan.sh).

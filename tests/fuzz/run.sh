@@ -17,12 +17,14 @@
 #   FUZZ_SECONDS              seconds per target (default 15; --long: 3600)
 #   FENCEGATE_FUZZ_BUILD_DIR  clang build directory (default build-fuzz/ at the repo root)
 #   FUZZ_BUILD_JOBS           parallel compile jobs (default 2)
+#   FUZZ_JOBS                 targets fuzzed at once (default 2)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/tests/fuzz"
 BUILD="${FENCEGATE_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-15}"
+JOBS="${FUZZ_JOBS:-2}"
 ALL_TARGETS=(request canonical_path token config lock_request admin_request upstream_response
   fence_ops)
 
@@ -72,21 +74,21 @@ trap 'rm -rf "$WORK"' EXIT
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:symbolize=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
-failed=()
-summaries=()
-for t in "${TARGETS[@]}"; do
-  bin="$BUILD/tests/fuzz/fuzz_$t"
-  corpus="$WORK/$t/corpus"
-  artifacts="$WORK/$t/artifacts"
-  log="$BUILD/fuzz-$t.log"
+# fuzz_one T: fuzzes target T; its report goes to $WORK/T/out, its
+# summary line to $WORK/T/summary, and $WORK/T/failed marks a failure.
+fuzz_one() {
+  local t="$1"
+  local bin="$BUILD/tests/fuzz/fuzz_$t"
+  local corpus="$WORK/$t/corpus"
+  local artifacts="$WORK/$t/artifacts"
+  local log="$BUILD/fuzz-$t.log"
+  local seeds runs crashes reports inputs line findings rc=0
+  local dict=()
   mkdir -p "$corpus" "$artifacts"
   cp -R "$HERE/corpus/$t/." "$corpus/"
   seeds=$(find "$corpus" -type f | wc -l)
-  dict=()
   [[ -f "$HERE/$t.dict" ]] && dict=("-dict=$HERE/$t.dict")
 
-  echo "fuzz: fuzz_$t for ${SECONDS_PER_TARGET}s (log: $log)"
-  rc=0
   "$bin" "$corpus" "${dict[@]}" \
     -max_total_time="$SECONDS_PER_TARGET" -max_len="$(max_len "$t")" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/" \
@@ -101,25 +103,54 @@ for t in "${TARGETS[@]}"; do
   [[ -n "$runs" ]] || runs=0
   crashes=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
     -o -name 'oom-*' \) | wc -l)
-  report_re='ERROR: (Address|Leak|UndefinedBehavior)Sanitizer|ERROR: libFuzzer|runtime error:'
+  local report_re='ERROR: (Address|Leak|UndefinedBehavior)Sanitizer|ERROR: libFuzzer|runtime error:'
   reports=$(grep -cE "$report_re|invariant failed" "$log" || true)
   inputs=$(find "$corpus" -type f | wc -l)
   line="fuzz_$t: $runs runs in ${SECONDS_PER_TARGET}s, corpus $seeds -> $inputs inputs,"
   line="$line crashes $crashes"
-  if [[ $rc -ne 0 || $crashes -gt 0 || $reports -gt 0 ]]; then
-    line="$line, sanitizer reports $reports, exit $rc: FAILED"
-    failed+=("$t")
-    findings="$BUILD/findings/$t"
-    rm -rf "$findings"
-    mkdir -p "$findings"
-    cp -R "$artifacts/." "$findings/" 2>/dev/null || true
-    echo "---- last lines of $log"
-    tail -n 60 "$log"
-    echo "---- failing inputs kept in $findings; replay one with:"
-    echo "     $bin $findings/<file>"
+  {
+    echo "fuzz: fuzz_$t for ${SECONDS_PER_TARGET}s (log: $log)"
+    if [[ $rc -ne 0 || $crashes -gt 0 || $reports -gt 0 ]]; then
+      line="$line, sanitizer reports $reports, exit $rc: FAILED"
+      touch "$WORK/$t/failed"
+      findings="$BUILD/findings/$t"
+      rm -rf "$findings"
+      mkdir -p "$findings"
+      cp -R "$artifacts/." "$findings/" 2>/dev/null || true
+      echo "---- last lines of $log"
+      tail -n 60 "$log"
+      echo "---- failing inputs kept in $findings; replay one with:"
+      echo "     $bin $findings/<file>"
+    fi
+    echo "$line"
+  } >"$WORK/$t/out"
+  echo "$line" >"$WORK/$t/summary"
+}
+
+# FUZZ_JOBS targets at a time (each libFuzzer process is one busy thread);
+# the reports are printed in target order once all have finished.
+running=0
+for t in "${TARGETS[@]}"; do
+  if [[ $running -ge $JOBS ]]; then
+    wait -n || true
+    running=$((running - 1))
   fi
-  echo "$line"
-  summaries+=("$line")
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait || true
+
+failed=()
+summaries=()
+for t in "${TARGETS[@]}"; do
+  if [[ ! -f "$WORK/$t/summary" ]]; then
+    echo "fuzz: fuzz_$t left no summary (the runner itself failed)"
+    failed+=("$t")
+    continue
+  fi
+  cat "$WORK/$t/out"
+  summaries+=("$(cat "$WORK/$t/summary")")
+  [[ ! -f "$WORK/$t/failed" ]] || failed+=("$t")
 done
 
 finished=$(date +%s)

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "locks/lock_session.h"
+#include "locks/lock_request.h"
 
 namespace fencegate::locks {
 namespace {

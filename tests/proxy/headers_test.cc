@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "proxy/admin_session.h"
+#include "proxy/admin_request.h"
 
 namespace fencegate::proxy {
 namespace {
