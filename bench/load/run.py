@@ -45,6 +45,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TARGETS = ("direct", "nginx", "fencegate")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 GET_BODY = "fencegate-bench " * 8  # 128 bytes
 
 # name -> (wrk script, script args builder, fencegate durability)
@@ -339,6 +340,19 @@ def nginx_pids(master_pid):
     return pids
 
 
+def cpu_ticks(pids):
+    """utime + stime of these processes (all their threads), in clock ticks."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # stat fields 14 and 15
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def syscalls_start(pids, secs):
     events = ",".join(f"syscalls:sys_enter_{n}" for n in SYSCALLS)
     return subprocess.Popen(["perf", "stat", "-x,", "-e", events, "-p",
@@ -396,10 +410,12 @@ def summarize(rounds):
     def mean_lat(k):
         return round(statistics.mean(r["latency_us"][k] for r in ok) / 1000.0, 3)
     errors = {k: sum(r["errors"][k] for r in ok) for k in ok[0]["errors"]}
+    cpu = [r["cpu_us_per_request"] for r in ok if "cpu_us_per_request" in r]
     return {"rps": round(statistics.mean(r["rps"] for r in ok), 1),
             "p50_ms": mean_lat("p50"), "p99_ms": mean_lat("p99"),
             "p99.9_ms": mean_lat("p99.9"), "errors": errors,
-            "requests": sum(r["requests"] for r in ok)}
+            "requests": sum(r["requests"] for r in ok),
+            "cpu_us_per_request": round(statistics.mean(cpu), 2) if cpu else None}
 
 
 def ratio(a, b):
@@ -573,7 +589,8 @@ def build_binary():
 def print_table(results, scenarios, concs):
     hdr = (f"{'scenario':<10} {'conns':>5} | {'direct r/s':>10} {'nginx r/s':>10} "
            f"{'fg r/s':>10} | {'fg/nginx':>8} {'fg/direct':>9} | "
-           f"{'p50 ms d/n/f':>20} | {'p99 ms d/n/f':>20} | {'p99.9 ms d/n/f':>22}")
+           f"{'p50 ms d/n/f':>20} | {'p99 ms d/n/f':>20} | {'p99.9 ms d/n/f':>22} | "
+           f"{'CPU us/req d/n/f':>20}")
     print(hdr)
     print("-" * len(hdr))
 
@@ -588,11 +605,11 @@ def print_table(results, scenarios, concs):
             if "baseline" in row:
                 b = row["baseline"]
                 base = (f" | baseline {b['rps']:.0f} r/s, fg/baseline {ratio(f, b['rps'])}, "
-                        f"p99 {b['p99_ms']}")
+                        f"p99 {b['p99_ms']}, CPU us/req {b.get('cpu_us_per_request')}")
             print(f"{sc:<10} {c:>5} | {d:>10.0f} {n:>10.0f} {f:>10.0f} | "
                   f"{rn if rn is not None else '-':>8} {rd if rd is not None else '-':>9} | "
                   f"{lat(row, 'p50_ms'):>20} | {lat(row, 'p99_ms'):>20} | "
-                  f"{lat(row, 'p99.9_ms'):>22}{base}")
+                  f"{lat(row, 'p99.9_ms'):>22} | {lat(row, 'cpu_us_per_request'):>20}{base}")
 
 
 def print_markdown(path):
@@ -602,10 +619,10 @@ def print_markdown(path):
     res = out["results"]
     has_base = any("baseline" in row for by_c in res.values() for c, row in by_c.items()
                    if c.isdigit())
-    extra = " baseline/nginx r/s | fg/baseline r/s |" if has_base else ""
+    extra = " baseline/nginx r/s | fg/baseline r/s | fg/baseline CPU/req |" if has_base else ""
     print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/direct r/s | "
-          f"fg/nginx p99 | fencegate p50 / p99 / p99.9 ms |{extra}")
-    print("|---|---:|---:|---:|---:|---:|---|" + ("---:|---:|" if has_base else ""))
+          f"fg/nginx p99 | fencegate p50 / p99 / p99.9 ms | CPU us/req nginx / fg |{extra}")
+    print("|---|---:|---:|---:|---:|---:|---|---|" + ("---:|---:|---:|" if has_base else ""))
     for sc, by_c in res.items():
         for c, row in by_c.items():
             if not c.isdigit():
@@ -613,11 +630,13 @@ def print_markdown(path):
             f, n, d = (row[t] for t in ("fencegate", "nginx", "direct"))
             cols = ""
             if has_base:
-                b = row.get("baseline", {}).get("rps")
-                cols = f" {ratio(b, n['rps'])} | {ratio(f['rps'], b)} |"
+                b = row.get("baseline", {})
+                cols = (f" {ratio(b.get('rps'), n['rps'])} | {ratio(f['rps'], b.get('rps'))} |"
+                        f" {ratio(f.get('cpu_us_per_request'), b.get('cpu_us_per_request'))} |")
             print(f"| {sc} | {c} | {f['rps']:.0f} | {ratio(f['rps'], n['rps'])} | "
                   f"{ratio(f['rps'], d['rps'])} | {ratio(f['p99_ms'], n['p99_ms'])} | "
-                  f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} |{cols}")
+                  f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} | "
+                  f"{n.get('cpu_us_per_request')} / {f.get('cpu_us_per_request')} |{cols}")
 
 
 def main():
@@ -752,11 +771,22 @@ def main():
                                 recorder = perf_record_start(args.perf, fg.pid, sc, c,
                                                              args.duration)
                             sys_counter = None
+                            # The server under test: fencegate (every thread,
+                            # RocksDB's included), nginx's workers, or for
+                            # direct the backend's.
+                            pids = ([fg.pid] if t == "fencegate" else [base.pid]
+                                    if t == "baseline" else nginx_pids(nginx_proxy.pid)
+                                    if t == "nginx" else nginx_pids(backend.pid))
                             if args.syscalls and rnd == 0 and t != "direct":
-                                pids = ([fg.pid] if t == "fencegate" else [base.pid]
-                                        if t == "baseline" else nginx_pids(nginx_proxy.pid))
                                 sys_counter = syscalls_start(pids, args.duration)
+                            ticks = cpu_ticks(pids)
                             r = run_wrk(args, urls[t], sc, c, args.duration)
+                            ticks = cpu_ticks(pids) - ticks
+                            if r.get("requests"):
+                                # CPU time per request: unlike r/s, it hardly
+                                # depends on what else the shared cores run.
+                                r["cpu_us_per_request"] = round(
+                                    ticks / CLK_TCK * 1e6 / r["requests"], 2)
                             if sys_counter is not None:
                                 r["syscalls_per_request"] = syscalls_finish(
                                     sys_counter, r.get("requests"))
@@ -827,6 +857,8 @@ def main():
                 "fg_over_nginx_rps": ratio(f["rps"], n["rps"]),
                 "fg_over_direct_rps": ratio(f["rps"], d["rps"]),
                 "fg_over_nginx_p99": ratio(f["p99_ms"], n["p99_ms"]),
+                "fg_over_nginx_cpu_per_request": ratio(f.get("cpu_us_per_request"),
+                                                       n.get("cpu_us_per_request")),
             }
             if "baseline" in row:
                 b = row["baseline"]
@@ -834,6 +866,8 @@ def main():
                     "fg_over_baseline_rps": ratio(f["rps"], b["rps"]),
                     "baseline_over_nginx_rps": ratio(b["rps"], n["rps"]),
                     "fg_over_baseline_p99": ratio(f["p99_ms"], b["p99_ms"]),
+                    "fg_over_baseline_cpu_per_request": ratio(f.get("cpu_us_per_request"),
+                                                              b.get("cpu_us_per_request")),
                 })
     res = out["results"]
     targets = {}
