@@ -324,7 +324,7 @@ def count_fsyncs_finish(p):
 
 SYSCALLS = ("recvfrom", "recvmsg", "read", "sendto", "sendmsg", "writev", "write",
             "epoll_wait", "epoll_ctl", "futex", "accept4", "connect", "close",
-            "fdatasync")
+            "fdatasync", "timerfd_settime")
 
 
 def nginx_pids(master_pid):
