@@ -208,4 +208,48 @@ DownstreamFraming BuildDownstreamResponse(const http::response_parser<http::buff
   return framing;
 }
 
+namespace {
+
+void AppendFields(const http::fields& fields, std::string* out) {
+  for (const auto& f : fields) {
+    out->append(f.name_string());
+    out->append(": ");
+    out->append(f.value());
+    out->append("\r\n");
+  }
+  out->append("\r\n");
+}
+
+void AppendVersion(unsigned version, std::string* out) {
+  out->append("HTTP/");
+  out->push_back(static_cast<char>('0' + version / 10));
+  out->push_back('.');
+  out->push_back(static_cast<char>('0' + version % 10));
+}
+
+}  // namespace
+
+void AppendHead(const UpstreamRequest::header_type& h, std::string* out) {
+  out->append(h.method_string());
+  out->push_back(' ');
+  out->append(h.target());
+  out->push_back(' ');
+  AppendVersion(h.version(), out);
+  out->append("\r\n");
+  AppendFields(h, out);
+}
+
+void AppendHead(const DownstreamResponse::header_type& h, std::string* out) {
+  AppendVersion(h.version(), out);
+  unsigned code = h.result_int();
+  out->push_back(' ');
+  out->push_back(static_cast<char>('0' + code / 100));
+  out->push_back(static_cast<char>('0' + (code / 10) % 10));
+  out->push_back(static_cast<char>('0' + code % 10));
+  out->push_back(' ');
+  out->append(h.reason());
+  out->append("\r\n");
+  AppendFields(h, out);
+}
+
 }  // namespace fencegate::proxy

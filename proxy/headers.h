@@ -82,4 +82,14 @@ DownstreamFraming BuildDownstreamResponse(
     const boost::beast::http::response_parser<boost::beast::http::buffer_body>& parser,
     bool head_request, bool client_http11, bool keep_alive, DownstreamResponse* out);
 
+// Appends the head of `h` to *out in one piece, byte for byte as Beast's
+// serializer writes it: the start line, the fields in order, the blank
+// line. The session sends a head built here together with a body it holds
+// whole in one write, instead of through Beast's serializer, whose buffer
+// views (a start line in three pieces, then one per field) cost 7% of
+// fencegate's CPU per request at 64 connections (README "Performance").
+// Bodies that stream or are chunked still go through the serializer.
+void AppendHead(const UpstreamRequest::header_type& h, std::string* out);
+void AppendHead(const DownstreamResponse::header_type& h, std::string* out);
+
 }  // namespace fencegate::proxy

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
@@ -151,6 +152,7 @@ void HttpSession::DoReadHeader() {
   response_close_delimited_ = false;
   expect_continue_ = false;
   upstream_reused_ = false;
+  request_written_ = false;
   retried_ = false;
   upstream_started_ = upstream_ended_ = Clock::time_point{};
   idle_ = buffer_.size() == 0;
@@ -336,6 +338,13 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
   up_req_.body().data = nullptr;
   up_req_.body().size = 0;
   up_req_.body().more = !req_parser_->is_done();
+  request_written_ = false;
+  if (req_parser_->is_done() && !expect_continue_) {
+    // No body (the head alone completed the request): one write of the head.
+    head_.clear();
+    AppendHead(up_req_.base(), &head_);
+    return WriteUpstreamHead();
+  }
   up_sr_.emplace(up_req_);
   if (!expect_continue_) {
     // The head goes out with the first piece of the body (or alone when
@@ -364,8 +373,34 @@ void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
   DoRequestBody();
 }
 
+void HttpSession::WriteUpstreamHead() {
+  size_t n = 0;
+  if (upstream_->socket().non_blocking()) {  // plain TCP: try it at once
+    ec_t ec;
+    n = upstream_->socket().write_some(asio::buffer(head_), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      n = 0;
+    } else if (ec) {
+      return FailUpstream(ec, "write request head");
+    } else if (n == head_.size()) {
+      request_written_ = true;
+      return DoReadResponseHeader();
+    }
+  }
+  upstream_->expires_after(config_.upstream.timeout);
+  asio::async_write(*upstream_, asio::buffer(head_.data() + n, head_.size() - n),
+                    [self = shared_from_this()](ec_t ec, size_t) {
+                      if (ec) return self->FailUpstream(ec, "write request head");
+                      self->request_written_ = true;
+                      self->DoReadResponseHeader();
+                    });
+}
+
 void HttpSession::DoRequestBody() {
-  if (up_sr_->is_done()) return DoReadResponseHeader();
+  if (up_sr_->is_done()) {
+    request_written_ = true;
+    return DoReadResponseHeader();
+  }
   if (!req_parser_->is_done()) {
     auto remaining = req_parser_->content_length_remaining();
     uint64_t want = remaining ? *remaining : kBodyBufferSize;
@@ -540,10 +575,49 @@ void HttpSession::WriteResponse() {
   // The head, with whatever body is in down_res_; the rest (if any) follows
   // from DoResponseBody.
   if (res_parser_->is_done()) EndUpstream(true);
+  if (res_parser_->is_done() && !down_res_.chunked()) {
+    // All of it is in hand and goes as is: head and body in one write.
+    head_.clear();
+    AppendHead(down_res_.base(), &head_);
+    response_started_ = true;
+    return WriteWholeResponse();
+  }
   down_res_.body().more = !res_parser_->is_done();
   down_sr_.emplace(down_res_);
   response_started_ = true;
   WriteDownstream();
+}
+
+void HttpSession::WriteWholeResponse() {
+  const auto& body = down_res_.body();
+  const size_t body_size = body.data != nullptr ? body.size : 0;
+  std::array<asio::const_buffer, 2> pieces{asio::buffer(head_),
+                                           asio::const_buffer(body.data, body_size)};
+  size_t n = 0;
+  if (stream_.socket().non_blocking()) {  // plain TCP: try it at once
+    ec_t ec;
+    n = stream_.socket().write_some(pieces, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      n = 0;
+    } else if (ec) {
+      return Close();
+    } else if (n == head_.size() + body_size) {
+      return FinishRequest(request_keep_alive_);
+    }
+  }
+  // What the socket did not take now.
+  if (n >= head_.size()) {
+    pieces = {asio::const_buffer(static_cast<const char*>(body.data) + (n - head_.size()),
+                                 body_size - (n - head_.size())),
+              asio::const_buffer()};
+  } else {
+    pieces[0] = asio::buffer(head_.data() + n, head_.size() - n);
+  }
+  stream_.expires_after(config_.limits.idle_timeout);
+  asio::async_write(stream_, pieces, [self = shared_from_this()](ec_t ec, size_t) {
+    if (ec) return self->Close();
+    self->FinishRequest(self->request_keep_alive_);
+  });
 }
 
 void HttpSession::DoResponseBody() {
@@ -604,7 +678,7 @@ void HttpSession::EndUpstream(bool reusable) {
   if (!upstream_) return;
   upstream_ended_ = Clock::now();
   reusable = reusable && res_parser_ && res_parser_->is_done() && res_parser_->keep_alive() &&
-             !response_close_delimited_ && up_sr_ && up_sr_->is_done() && up_buffer_.size() == 0;
+             !response_close_delimited_ && request_written_ && up_buffer_.size() == 0;
   if (reusable) {
     worker_.pool.Release(std::move(upstream_));
   } else {
@@ -676,6 +750,7 @@ void HttpSession::FinishRequest(bool keep_alive) {
   // The wait for the next request reads into 4 KiB of buffer_ again at once
   // (DoWaitForRequest): keep that much rather than free and reallocate it.
   if (buffer_.capacity() > kWaitReadSize) buffer_.shrink_to_fit();
+  if (head_.capacity() > kWaitReadSize) std::string().swap(head_);
   if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) return CloseAfterResponse();
   DoReadHeader();
 }

@@ -68,6 +68,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void OnRequestBodyWritten(ec_t ec);
   void WriteUpstream();    // up_sr_'s next piece, then OnRequestBodyWritten
   void WriteDownstream();  // down_sr_'s next piece, then OnResponseBodyWritten
+  // A request without a body, or a response whose body is all in hand and
+  // not chunked: head_ (AppendHead) and the body in one write, without a
+  // serializer.
+  void WriteUpstreamHead();
+  void WriteWholeResponse();
   template <class Socket, class Serializer>
   static bool TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec);
   void DoReadResponseHeader();
@@ -118,6 +123,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<http::response_parser<http::buffer_body>> res_parser_;
   http::response<http::buffer_body> down_res_;
   std::optional<http::response_serializer<http::buffer_body>> down_sr_;
+  std::string head_;  // a head written without a serializer (AppendHead)
+  bool request_written_ = false;  // the whole request went upstream
   bool request_keep_alive_ = false;
   bool response_started_ = false;  // the response head went to the client
   bool response_close_delimited_ = false;

@@ -140,6 +140,11 @@ void CheckUpstream(const Setup& s, const http::request_parser<http::buffer_body>
   std::ostringstream wire;
   wire << up.base();
   const std::string head = wire.str();
+  // The session writes a head without a body itself (AppendHead), and
+  // must write these very bytes.
+  std::string own;
+  proxy::AppendHead(up.base(), &own);
+  FUZZ_CHECK(own == head);
 
   http::request_parser<http::buffer_body> back;
   back.header_limit(1u << 20);

@@ -19,6 +19,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fencegate::proxy::DownstreamFraming framing = fencegate::proxy::BuildDownstreamResponse(
       *parser, head_request, client_http11, /*keep_alive=*/true, &down);
   CheckHead(parser->get().base(), down);
+  // A response whose body is all in hand goes out with a head the session
+  // writes itself (AppendHead): it must be Beast's, byte for byte.
+  std::ostringstream beast_head;
+  beast_head << down.base();
+  std::string own;
+  fencegate::proxy::AppendHead(down.base(), &own);
+  FUZZ_CHECK(own == beast_head.str());
 
   // Relay: read the body into a 64 KiB buffer, write each piece through
   // the serializer, as DoResponseBody / OnResponseBodyRead do.

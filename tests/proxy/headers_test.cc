@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/beast/http/write.hpp>
+#include <sstream>
+#include <string>
+
 #include "proxy/admin_request.h"
 
 namespace fencegate::proxy {
@@ -92,6 +96,69 @@ TEST(AdminTargets, KeyIsOnePercentEncodedSegment) {
   EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/", &key, &fence));
   EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/%zz", &key, &fence));
   EXPECT_FALSE(ParseAdminKeyTarget("/v1/other/x", &key, &fence));
+}
+
+template <class Header>
+std::string BeastHead(const Header& h) {
+  std::ostringstream out;
+  out << h;  // Beast's fields writer, what its serializer sends
+  return out.str();
+}
+
+TEST(AppendHead, RequestHeadsAreBeastsByteForByte) {
+  UpstreamRequest req;
+  req.method(http::verb::get);
+  req.target("/objects/a%2Fb?x=1&y=%20");
+  req.version(11);
+  req.set(http::field::host, "backend:8080");
+  req.set("X-Request-Id", "0123456789abcdef0123456789abcdef");
+  req.insert("x-MiXeD-case", "v1");
+  req.insert("x-MiXeD-case", "");  // repeated, and empty
+  std::string own = "kept:";
+  AppendHead(req.base(), &own);
+  EXPECT_EQ(own, "kept:" + BeastHead(req.base()));
+  EXPECT_EQ(own.rfind("kept:GET /objects/a%2Fb?x=1&y=%20 HTTP/1.1\r\nHost: backend:8080\r\n", 0),
+            0u);
+
+  req.method_string("PROPFIND");  // a method Beast has no verb for
+  req.version(10);
+  own.clear();
+  AppendHead(req.base(), &own);
+  EXPECT_EQ(own, BeastHead(req.base()));
+  EXPECT_EQ(own.rfind("PROPFIND /objects/a%2Fb?x=1&y=%20 HTTP/1.0\r\n", 0), 0u);
+
+  UpstreamRequest bare;  // no fields: start line and blank line
+  bare.method(http::verb::delete_);
+  bare.target("/");
+  own.clear();
+  AppendHead(bare.base(), &own);
+  EXPECT_EQ(own, BeastHead(bare.base()));
+  EXPECT_EQ(own, "DELETE / HTTP/1.1\r\n\r\n");
+}
+
+TEST(AppendHead, ResponseHeadsAreBeastsByteForByte) {
+  DownstreamResponse res;
+  res.result(http::status::not_found);
+  res.version(11);
+  res.set(http::field::content_length, "5");
+  res.set("X-Request-Id", "abc");
+  std::string own;
+  AppendHead(res.base(), &own);
+  EXPECT_EQ(own, BeastHead(res.base()));
+  EXPECT_EQ(own.rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u);
+
+  res.reason("Gone Fishing");  // the backend's own reason phrase
+  res.version(10);
+  own.clear();
+  AppendHead(res.base(), &own);
+  EXPECT_EQ(own, BeastHead(res.base()));
+  EXPECT_EQ(own.rfind("HTTP/1.0 404 Gone Fishing\r\n", 0), 0u);
+
+  res.reason("");
+  res.result(299);  // a status Beast has no name for: empty reason
+  own.clear();
+  AppendHead(res.base(), &own);
+  EXPECT_EQ(own, BeastHead(res.base()));
 }
 
 TEST(AdminAuth, ConstantTimeEquals) {
