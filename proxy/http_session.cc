@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
@@ -374,26 +373,12 @@ void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
 }
 
 void HttpSession::WriteUpstreamHead() {
-  size_t n = 0;
-  if (upstream_->socket().non_blocking()) {  // plain TCP: try it at once
-    ec_t ec;
-    n = upstream_->socket().write_some(asio::buffer(head_), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      n = 0;
-    } else if (ec) {
-      return FailUpstream(ec, "write request head");
-    } else if (n == head_.size()) {
-      request_written_ = true;
-      return DoReadResponseHeader();
-    }
-  }
-  upstream_->expires_after(config_.upstream.timeout);
-  asio::async_write(*upstream_, asio::buffer(head_.data() + n, head_.size() - n),
-                    [self = shared_from_this()](ec_t ec, size_t) {
-                      if (ec) return self->FailUpstream(ec, "write request head");
-                      self->request_written_ = true;
-                      self->DoReadResponseHeader();
-                    });
+  WriteWhole(*upstream_, {asio::buffer(head_), asio::const_buffer()}, config_.upstream.timeout,
+             [self = shared_from_this()](ec_t ec) {
+               if (ec) return self->FailUpstream(ec, "write request head");
+               self->request_written_ = true;
+               self->DoReadResponseHeader();
+             });
 }
 
 void HttpSession::DoRequestBody() {
@@ -472,6 +457,27 @@ bool HttpSession::TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec) {
     return false;  // the rest goes asynchronously
   }
   return true;  // all written, need_buffer (the next piece is not read yet) or an error
+}
+
+// The same for bytes already in hand (a head from AppendHead and a whole
+// body): what the plain socket takes at once, the rest through async_write
+// with its timeout; then done(ec).
+template <class Done>
+void HttpSession::WriteWhole(UpstreamPool::Stream& stream, Pieces pieces, config::Duration timeout,
+                             Done done) {
+  beast::buffers_suffix<Pieces> rest(pieces);
+  if (stream.socket().non_blocking()) {
+    ec_t ec;
+    size_t n = stream.socket().write_some(rest, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      n = 0;
+    } else if (ec || n == beast::buffer_bytes(rest)) {
+      return done(ec);
+    }
+    rest.consume(n);
+  }
+  stream.expires_after(timeout);
+  asio::async_write(stream, rest, [done = std::move(done)](ec_t ec, size_t) mutable { done(ec); });
 }
 
 void HttpSession::WriteUpstream() {
@@ -590,34 +596,12 @@ void HttpSession::WriteResponse() {
 
 void HttpSession::WriteWholeResponse() {
   const auto& body = down_res_.body();
-  const size_t body_size = body.data != nullptr ? body.size : 0;
-  std::array<asio::const_buffer, 2> pieces{asio::buffer(head_),
-                                           asio::const_buffer(body.data, body_size)};
-  size_t n = 0;
-  if (stream_.socket().non_blocking()) {  // plain TCP: try it at once
-    ec_t ec;
-    n = stream_.socket().write_some(pieces, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      n = 0;
-    } else if (ec) {
-      return Close();
-    } else if (n == head_.size() + body_size) {
-      return FinishRequest(request_keep_alive_);
-    }
-  }
-  // What the socket did not take now.
-  if (n >= head_.size()) {
-    pieces = {asio::const_buffer(static_cast<const char*>(body.data) + (n - head_.size()),
-                                 body_size - (n - head_.size())),
-              asio::const_buffer()};
-  } else {
-    pieces[0] = asio::buffer(head_.data() + n, head_.size() - n);
-  }
-  stream_.expires_after(config_.limits.idle_timeout);
-  asio::async_write(stream_, pieces, [self = shared_from_this()](ec_t ec, size_t) {
-    if (ec) return self->Close();
-    self->FinishRequest(self->request_keep_alive_);
-  });
+  WriteWhole(stream_,
+             {asio::buffer(head_), asio::const_buffer(body.data, body.data ? body.size : 0)},
+             config_.limits.idle_timeout, [self = shared_from_this()](ec_t ec) {
+               if (ec) return self->Close();
+               self->FinishRequest(self->request_keep_alive_);
+             });
 }
 
 void HttpSession::DoResponseBody() {
