@@ -34,7 +34,10 @@ Status RocksDbStore::Open(const RocksDbStoreOptions& options,
 
 RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
                            std::unique_ptr<rocksdb::DB> db)
-    : options_(options), db_(std::move(db)) {
+    : options_(options),
+      db_(std::move(db)),
+      decide_on_caller_(options.decide_on_caller &&
+              options.durability == Durability::kAsync) {
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
   writer_id_ = writer_.get_id();
@@ -66,6 +69,32 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
     std::unique_lock<std::mutex> lock(mu_);
     if (closing_) {
       rejected = Status::Unavailable("token store is closed");
+    } else if (decide_on_caller_ && write_queue_.empty() && !lane_busy_ && !failed_) {
+      // Async durability and nobody deciding: decide and commit on this
+      // thread (CommitInline), unless that would wait for the disk.
+      lane_busy_ = true;
+      lock.unlock();
+      WriteRequest request{raise, std::move(key), token, std::move(handler)};
+      Outcome outcome;
+      const bool done = Decide(std::span(&request, 1), /*from_caller=*/true,
+                               std::span(&outcome, 1));
+      if (done) {
+        // Still holding the lane, as the writer does: handlers run in the
+        // order their requests were decided.
+        caller_decided_.fetch_add(1, std::memory_order_relaxed);
+        request.handler(outcome.status, outcome.fence);
+      }
+      lock.lock();
+      lane_busy_ = false;
+      if (!done) {
+        // Decided nothing, wrote nothing: the writer decides it, before
+        // anything queued meanwhile.
+        write_queue_.push_front(std::move(request));
+      }
+      const bool wake = !write_queue_.empty() || closing_ || failed_;
+      lock.unlock();
+      if (wake) writer_cv_.notify_one();
+      return;
     } else if (write_queue_.size() >= options_.max_queued) {
       rejected = Status::Unavailable("token store write queue is full (" +
                                      std::to_string(write_queue_.size()) +
@@ -124,21 +153,24 @@ StoreStats RocksDbStore::stats() const {
   s.syncs = syncs_.load(std::memory_order_relaxed);
   s.write_errors = write_errors_.load(std::memory_order_relaxed);
   s.reopens = reopens_.load(std::memory_order_relaxed);
+  s.caller_decided = caller_decided_.load(std::memory_order_relaxed);
   return s;
 }
 
 Status RocksDbStore::ReadToken(const std::string& key, bool* present,
-                               uint64_t* value) const {
+                               uint64_t* value, bool cache_only) const {
   rocksdb::PinnableSlice raw;
   rocksdb::Status s;
+  rocksdb::ReadOptions ro;
+  if (cache_only) ro.read_tier = rocksdb::kBlockCacheTier;
   {
     std::shared_lock<std::shared_mutex> lock(db_mu_);
     if (db_ == nullptr) {
       return Status::IoError("token store is reopening after a write error");
     }
-    s = db_->Get(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), key,
-                 &raw);
+    s = db_->Get(ro, db_->DefaultColumnFamily(), key, &raw);
   }
+  if (s.IsIncomplete() && cache_only) return Status::Busy("not cached");
   if (s.IsNotFound()) {
     *present = false;
     return Status::Ok();
@@ -182,32 +214,51 @@ void RocksDbStore::WriterLoop() {
   std::vector<WriteRequest> batch;
   for (;;) {
     batch.clear();
+    bool recover = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [this] { return closing_ || !write_queue_.empty(); };
-      if (failed_) {
-        writer_cv_.wait_for(lock, options_.recovery_interval, ready);
-      } else {
-        writer_cv_.wait(lock, ready);
-      }
-      if (write_queue_.empty()) {
-        if (closing_) return;  // everything queued has been answered
-        lock.unlock();  // idle after a failed write: try to recover
-        if (Status s = Recover(/*probe=*/true); s.ok()) {
-          failed_ = false;
-          SetHealth(Status::Ok());
+      // Never while a caller decides on its own thread (the lane is busy):
+      // it lets go of the lane before it answers, and wakes this thread.
+      auto ready = [this] {
+        return !lane_busy_ && (closing_ || !write_queue_.empty());
+      };
+      for (;;) {
+        if (failed_) {
+          if (writer_cv_.wait_for(lock, options_.recovery_interval, ready)) {
+            break;
+          }
+          if (!lane_busy_) {  // idle after a failed write: try to recover
+            recover = true;
+            break;
+          }
         } else {
-          SetHealth(std::move(s));
+          // A caller's failed write sets failed_: then wait for the timer.
+          writer_cv_.wait(lock, [&] { return ready() || failed_; });
+          if (ready()) break;
         }
-        continue;
       }
-      size_t n = std::min(options_.max_batch, write_queue_.size());
-      for (size_t i = 0; i < n; ++i) {
-        batch.push_back(std::move(write_queue_.front()));
-        write_queue_.pop_front();
+      if (!recover) {
+        if (write_queue_.empty()) return;  // closing, and all answered
+        size_t n = std::min(options_.max_batch, write_queue_.size());
+        for (size_t i = 0; i < n; ++i) {
+          batch.push_back(std::move(write_queue_.front()));
+          write_queue_.pop_front();
+        }
       }
+      lane_busy_ = true;
     }
-    CommitBatch(batch);
+    if (recover) {
+      if (Status s = Recover(/*probe=*/true); s.ok()) {
+        failed_ = false;
+        SetHealth(Status::Ok());
+      } else {
+        SetHealth(std::move(s));
+      }
+    } else {
+      CommitBatch(batch);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    lane_busy_ = false;
   }
 }
 
@@ -238,14 +289,23 @@ Status RocksDbStore::Recover(bool probe) {
 }
 
 void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
-  batches_.fetch_add(1, std::memory_order_relaxed);
-  requests_.fetch_add(batch.size(), std::memory_order_relaxed);
+  std::vector<Outcome> outcomes(batch.size());
+  Decide(batch, /*from_caller=*/false, outcomes);
+  // Every change of the batch is committed (or none is): answer in order.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i].handler(outcomes[i].status, outcomes[i].fence);
+  }
+}
 
-  if (failed_) {
+bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
+                          std::span<Outcome> outcomes) {
+  if (failed_) {  // never from_caller: Enqueue checks failed_ first
     if (Status s = Recover(/*probe=*/false); !s.ok()) {
       SetHealth(s);
-      for (WriteRequest& r : batch) r.handler(s, Fence{});
-      return;
+      for (Outcome& o : outcomes) o.status = s;
+      batches_.fetch_add(1, std::memory_order_relaxed);
+      requests_.fetch_add(batch.size(), std::memory_order_relaxed);
+      return true;
     }
   }
 
@@ -253,14 +313,11 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
     bool present = false;
     uint64_t value = 0;
   };
-  struct Outcome {
-    Status status;
-    Fence fence;
-  };
   // Value of each key as of the requests decided so far in this batch. The
   // views point into batch, which does not change until the handlers ran.
+  // A batch of one never looks a key up twice and needs no map.
   std::unordered_map<std::string_view, Known> known;
-  std::vector<Outcome> outcomes(batch.size());
+  const bool remember = batch.size() > 1;
   rocksdb::WriteBatch changes;
 
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -268,13 +325,17 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
     Known k;
     if (auto it = known.find(r.key); it != known.end()) {
       k = it->second;
-    } else if (Status s = ReadToken(r.key, &k.present, &k.value); !s.ok()) {
+    } else if (Status s = ReadToken(r.key, &k.present, &k.value, from_caller);
+               !s.ok()) {
+      if (from_caller && s.code() == Status::Code::kBusy) {
+        return false;  // the read would wait for the disk: nothing decided
+      }
       outcomes[i].status = std::move(s);  // e.g. Corruption: never overwrite
       continue;
     }
     if (!r.raise && k.present && r.token < k.value) {
       outcomes[i].fence = Fence{false, k.value};
-      known[r.key] = k;
+      if (remember) known[r.key] = k;
       continue;
     }
     uint64_t next = k.present ? std::max(k.value, r.token) : r.token;
@@ -285,7 +346,7 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
         continue;
       }
     }
-    known[r.key] = Known{true, next};
+    if (remember) known[r.key] = Known{true, next};
     outcomes[i].fence = Fence{true, next};
   }
 
@@ -300,7 +361,11 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
   } else if (changes.Count() > 0) {
     rocksdb::WriteOptions wo;
     wo.sync = options_.durability == Durability::kSync;
+    // The caller's thread never waits for a write stall (RocksDB answers
+    // Incomplete and writes nothing); the writer thread does.
+    wo.no_slowdown = from_caller;
     rocksdb::Status s = db_->Write(wo, &changes);
+    if (from_caller && s.IsIncomplete()) return false;
     db_writes_.fetch_add(1, std::memory_order_relaxed);
     if (s.ok()) {
       writes_.fetch_add(changes.Count(), std::memory_order_relaxed);
@@ -316,15 +381,12 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
       SetHealth(failed);
     }
   }
-
-  // Every change of the batch is committed (or none is): answer in order.
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (!failed.ok()) {
-      batch[i].handler(failed, Fence{});
-    } else {
-      batch[i].handler(outcomes[i].status, outcomes[i].fence);
-    }
+  if (!failed.ok()) {
+    for (Outcome& o : outcomes) o = Outcome{failed, Fence{}};
   }
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  requests_.fetch_add(batch.size(), std::memory_order_relaxed);
+  return true;
 }
 
 void RocksDbStore::ReaderLoop() {

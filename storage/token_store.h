@@ -3,11 +3,14 @@
 //
 // The proxy knows storage only through this header (no engine types leak).
 // All operations are asynchronous: the caller passes a handler that the store
-// invokes exactly once, on a thread owned by the store (or, for an immediate
-// error such as a store that is shutting down, possibly on the caller's thread
-// before the call returns). Callers that need to continue on their own
-// executor post from inside the handler. No operation ever blocks the caller
-// on disk or network I/O, so an Asio I/O thread may call any of them.
+// invokes exactly once, on a thread owned by the store, or on the caller's
+// thread before the call returns: for an immediate error such as a store that
+// is shutting down, and for an answer the engine can give without waiting for
+// I/O (the RocksDB engine under async durability, rocksdb_store.h). So a
+// caller must not hold, across the call, a lock its handler takes. Callers
+// that need to continue on their own executor post from inside the handler.
+// No operation ever blocks the caller on disk or network I/O, so an Asio I/O
+// thread may call any of them.
 //
 // All methods are thread-safe.
 //

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <future>
 #include <limits>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
@@ -253,6 +255,105 @@ TEST(RocksDbStoreTest, HandlersRunOnStoreThreads) {
   EXPECT_NE(writer, std::this_thread::get_id());
   EXPECT_NE(reader, std::this_thread::get_id());
   EXPECT_NE(writer, reader);
+}
+
+// Under async durability, an Advance made while the store is idle is decided
+// and committed on the caller's thread; its handler runs before the call
+// returns. Under sync, never: every request shares the writer's fsync.
+TEST(RocksDbStoreTest, AsyncAdvanceWhileIdleIsDecidedOnTheCallersThread) {
+  TempDir dir;
+  {
+    auto store = OpenRocks(dir.path(), Durability::kAsync);
+    ASSERT_NE(store, nullptr);
+    for (uint64_t token : {5, 7, 6}) {
+      std::optional<std::thread::id> ran_on;
+      Fence fence;
+      store->Advance("k", token, [&](const Status& s, Fence f) {
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        ran_on = std::this_thread::get_id();
+        fence = f;
+      });
+      ASSERT_TRUE(ran_on.has_value()) << "handler had not run when Advance returned";
+      EXPECT_EQ(*ran_on, std::this_thread::get_id());
+      EXPECT_EQ(fence.accepted, token != 6) << token;
+      EXPECT_EQ(fence.current, token == 5 ? 5u : 7u) << token;
+    }
+    StoreStats s = store->stats();
+    EXPECT_EQ(s.caller_decided, 3u);
+    EXPECT_EQ(s.requests, 3u);
+    EXPECT_EQ(s.writes, 2u);  // 5 and 7; the refused 6 wrote nothing
+    EXPECT_EQ(s.syncs, 0u);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto reopened = OpenRocks(dir.path());
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(GetSync(*reopened, "k").value, 7u);
+}
+
+TEST(RocksDbStoreTest, SyncAdvanceIsNeverDecidedOnTheCallersThread) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path(), Durability::kSync);
+  ASSERT_NE(store, nullptr);
+  std::promise<std::thread::id> ran_on;
+  store->Advance("k", 1, [&](const Status&, Fence) {
+    ran_on.set_value(std::this_thread::get_id());
+  });
+  EXPECT_NE(ran_on.get_future().get(), std::this_thread::get_id());
+  EXPECT_EQ(store->stats().caller_decided, 0u);
+}
+
+// A key whose value is only on disk (not in the memtable or the block cache)
+// is never read on the caller's thread: the writer decides it, against the
+// stored value, so a stale token is still refused.
+TEST(RocksDbStoreTest, AsyncAdvanceOfAnUncachedKeyIsDecidedByTheWriter) {
+  TempDir dir;
+  {
+    auto store = OpenRocks(dir.path(), Durability::kAsync);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(AdvanceSync(*store, "k", 10).fence.accepted);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  // Reopening replays the WAL into a table file; the block cache is empty.
+  auto store = OpenRocks(dir.path(), Durability::kAsync);
+  ASSERT_NE(store, nullptr);
+  std::promise<std::pair<std::thread::id, Fence>> answer;
+  store->Advance("k", 9, [&](const Status& s, Fence f) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    answer.set_value({std::this_thread::get_id(), f});
+  });
+  auto [ran_on, fence] = answer.get_future().get();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_FALSE(fence.accepted) << "a stale token was accepted";
+  EXPECT_EQ(fence.current, 10u);
+  EXPECT_EQ(store->stats().caller_decided, 0u);
+  // The writer's read brought the block into the cache: now the caller
+  // decides.
+  auto r = AdvanceSync(*store, "k", 11);
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(store->stats().caller_decided, 1u);
+}
+
+// While one caller decides (here: inside its handler, which runs before it
+// lets go), other calls queue for the writer, and are decided after it.
+TEST(RocksDbStoreTest, AsyncCallsMadeWhileACallerDecidesGoToTheWriter) {
+  TempDir dir;
+  auto store = OpenRocks(dir.path(), Durability::kAsync);
+  ASSERT_NE(store, nullptr);
+  std::promise<std::pair<std::thread::id, Fence>> inner;
+  bool outer_ran = false;
+  store->Advance("k", 5, [&](const Status&, Fence) {
+    outer_ran = true;
+    store->Advance("k", 4, [&](const Status&, Fence f) {
+      inner.set_value({std::this_thread::get_id(), f});
+    });
+  });
+  ASSERT_TRUE(outer_ran);
+  auto [ran_on, fence] = inner.get_future().get();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_FALSE(fence.accepted);  // judged after 5
+  EXPECT_EQ(fence.current, 5u);
+  EXPECT_EQ(store->stats().caller_decided, 1u);
+  EXPECT_EQ(store->stats().requests, 2u);
 }
 
 TEST(RocksDbStoreTest, GetDoesNotWaitForTheWriter) {
