@@ -126,6 +126,10 @@ void BM_Advance(benchmark::State& state, Durability durability) {
   state.counters["advances/batch"] =
       static_cast<double>(after.requests - before.requests) /
       static_cast<double>(std::max<uint64_t>(1, after.batches - before.batches));
+  // Under async, the share decided on the caller's thread (rocksdb_store.h).
+  state.counters["on_caller"] =
+      static_cast<double>(after.caller_decided - before.caller_decided) /
+      static_cast<double>(std::max<uint64_t>(1, after.requests - before.requests));
   Status closed = store->Close();
   if (!closed.ok()) state.SkipWithError(closed.ToString().c_str());
   store.reset();
