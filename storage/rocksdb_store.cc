@@ -70,30 +70,10 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
     if (closing_) {
       rejected = Status::Unavailable("token store is closed");
     } else if (decide_on_caller_ && write_queue_.empty() && !lane_busy_ && !failed_) {
-      // Async durability and nobody deciding: decide and commit on this
-      // thread (CommitInline), unless that would wait for the disk.
+      // Async durability and nobody deciding: decide on this thread.
       lane_busy_ = true;
       lock.unlock();
-      WriteRequest request{raise, std::move(key), token, std::move(handler)};
-      Outcome outcome;
-      const bool done = Decide(std::span(&request, 1), /*from_caller=*/true,
-                               std::span(&outcome, 1));
-      if (done) {
-        // Still holding the lane, as the writer does: handlers run in the
-        // order their requests were decided.
-        caller_decided_.fetch_add(1, std::memory_order_relaxed);
-        request.handler(outcome.status, outcome.fence);
-      }
-      lock.lock();
-      lane_busy_ = false;
-      if (!done) {
-        // Decided nothing, wrote nothing: the writer decides it, before
-        // anything queued meanwhile.
-        write_queue_.push_front(std::move(request));
-      }
-      const bool wake = !write_queue_.empty() || closing_ || failed_;
-      lock.unlock();
-      if (wake) writer_cv_.notify_one();
+      DecideOnCaller(WriteRequest{raise, std::move(key), token, std::move(handler)});
       return;
     } else if (write_queue_.size() >= options_.max_queued) {
       rejected = Status::Unavailable("token store write queue is full (" +
@@ -102,12 +82,64 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
     } else {
       write_queue_.push_back(
           WriteRequest{raise, std::move(key), token, std::move(handler)});
+      // Whoever holds the lane sees the queue when it lets go: the writer
+      // loops, a caller takes it over or wakes the writer. Only an idle
+      // writer needs waking.
+      const bool wake = !lane_busy_;
       lock.unlock();
-      writer_cv_.notify_one();
+      if (wake) writer_cv_.notify_one();
       return;
     }
   }
   handler(rejected, Fence{});
+}
+
+void RocksDbStore::DecideOnCaller(WriteRequest request) {
+  Outcome outcome;
+  const bool done =
+      Decide(std::span(&request, 1), /*from_caller=*/true, std::span(&outcome, 1));
+  if (done) {
+    // Still holding the lane, as the writer does: handlers run in the order
+    // their requests were decided.
+    caller_decided_.fetch_add(1, std::memory_order_relaxed);
+    request.handler(outcome.status, outcome.fence);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!done) {
+    // Decided nothing, wrote nothing: the writer decides it, before
+    // anything queued meanwhile.
+    write_queue_.push_front(std::move(request));
+  } else if (!write_queue_.empty() && !failed_) {
+    // Others queued while this thread decided (they found the lane busy):
+    // take one batch of theirs too, rather than wake the writer for it. A
+    // batch that would wait for the disk goes back, in order, to the writer.
+    std::vector<WriteRequest> batch;
+    const size_t n = std::min(options_.max_batch, write_queue_.size());
+    batch.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      batch.push_back(std::move(write_queue_.front()));
+      write_queue_.pop_front();
+    }
+    lock.unlock();
+    std::vector<Outcome> outcomes(batch.size());
+    const bool taken = Decide(batch, /*from_caller=*/true, outcomes);
+    if (taken) {
+      caller_decided_.fetch_add(batch.size(), std::memory_order_relaxed);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        batch[i].handler(outcomes[i].status, outcomes[i].fence);
+      }
+    }
+    lock.lock();
+    if (!taken) {
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+        write_queue_.push_front(std::move(*it));
+      }
+    }
+  }
+  lane_busy_ = false;
+  const bool wake = !write_queue_.empty() || closing_ || failed_;
+  lock.unlock();
+  if (wake) writer_cv_.notify_one();
 }
 
 void RocksDbStore::Get(std::string key, GetHandler handler) {

@@ -34,7 +34,10 @@
 //    WAL append, a write(2) into the page cache (no fsync under kAsync), and
 //    a statvfs for the free-space check below. One holder at a time (the
 //    "lane") decides, so call order is kept exactly as with the writer
-//    alone. Under kSync every request goes through the writer (group commit).
+//    alone. Requests made while a caller decides queue, and that caller
+//    then decides one batch of them too (under the same rules), so that
+//    under load the writer thread is not woken for them. Under kSync every
+//    request goes through the writer (group commit).
 // FenceHandlers run on the writer thread (or, see above, the caller's),
 // GetHandlers on the reader thread; both must be short and must not throw,
 // and must not call Close(). They may call Advance/Raise/Get again (that
@@ -190,16 +193,20 @@ class RocksDbStore : public TokenStore {
 
   void Enqueue(bool raise, std::string key, uint64_t token,
                FenceHandler handler);
+  // Holding the lane, on the caller's thread: decides `request` (or queues
+  // it for the writer), then at most one batch that others queued
+  // meanwhile, then lets go of the lane.
+  void DecideOnCaller(WriteRequest request);
   void WriterLoop();
   void ReaderLoop();
   // Decides, commits and answers one batch (writer thread only).
   void CommitBatch(std::vector<WriteRequest>& batch);
   // Decides every request of the batch in order and commits the accepted
   // changes with one DB::Write; fills outcomes (same size as batch), answers
-  // nobody. Only while holding the lane (lane_busy_). from_caller (a batch of
-  // one, on the caller's thread): never waits for the disk; returns false,
-  // having decided and written nothing, when the key is not in RocksDB's
-  // memtable or block cache or the write would stall. Otherwise true.
+  // nobody. Only while holding the lane (lane_busy_). from_caller (on a
+  // caller's thread): never waits for the disk; returns false, having
+  // decided and written nothing, when a key is not in RocksDB's memtable or
+  // block cache or the write would stall. Otherwise true.
   bool Decide(std::span<WriteRequest> batch, bool from_caller,
               std::span<Outcome> outcomes);
   // Writer thread, after a failed write: brings the database back to

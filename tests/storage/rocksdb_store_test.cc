@@ -298,7 +298,9 @@ TEST(RocksDbStoreTest, SyncAdvanceIsNeverDecidedOnTheCallersThread) {
   store->Advance("k", 1, [&](const Status&, Fence) {
     ran_on.set_value(std::this_thread::get_id());
   });
-  EXPECT_NE(ran_on.get_future().get(), std::this_thread::get_id());
+  auto ran = ran_on.get_future();
+  ASSERT_EQ(ran.wait_for(testing::kHandlerDeadline), std::future_status::ready);
+  EXPECT_NE(ran.get(), std::this_thread::get_id());
   EXPECT_EQ(store->stats().caller_decided, 0u);
 }
 
@@ -321,7 +323,9 @@ TEST(RocksDbStoreTest, AsyncAdvanceOfAnUncachedKeyIsDecidedByTheWriter) {
     EXPECT_TRUE(s.ok()) << s.ToString();
     answer.set_value({std::this_thread::get_id(), f});
   });
-  auto [ran_on, fence] = answer.get_future().get();
+  auto answered = answer.get_future();
+  ASSERT_EQ(answered.wait_for(testing::kHandlerDeadline), std::future_status::ready);
+  auto [ran_on, fence] = answered.get();
   EXPECT_NE(ran_on, std::this_thread::get_id());
   EXPECT_FALSE(fence.accepted) << "a stale token was accepted";
   EXPECT_EQ(fence.current, 10u);
@@ -336,27 +340,59 @@ TEST(RocksDbStoreTest, AsyncAdvanceOfAnUncachedKeyIsDecidedByTheWriter) {
   EXPECT_EQ(store->stats().caller_decided, 1u);
 }
 
-// While one caller decides (here: inside its handler, which runs before it
-// lets go), other calls queue for the writer, and are decided after it.
-TEST(RocksDbStoreTest, AsyncCallsMadeWhileACallerDecidesGoToTheWriter) {
+// Calls made while a caller decides (here: from inside its handler, which
+// runs before it lets go) queue; that caller then decides them too, after
+// its own, before its call returns.
+TEST(RocksDbStoreTest, AsyncCallsQueuedWhileACallerDecidesAreTakenByIt) {
   TempDir dir;
   auto store = OpenRocks(dir.path(), Durability::kAsync);
   ASSERT_NE(store, nullptr);
-  std::promise<std::pair<std::thread::id, Fence>> inner;
+  std::optional<std::pair<std::thread::id, Fence>> inner;
   bool outer_ran = false;
   store->Advance("k", 5, [&](const Status&, Fence) {
     outer_ran = true;
-    store->Advance("k", 4, [&](const Status&, Fence f) {
+    store->Advance("k", 4, [&](const Status& s, Fence f) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      inner.emplace(std::this_thread::get_id(), f);
+    });
+    EXPECT_FALSE(inner.has_value()) << "decided while the outer call held the lane";
+  });
+  ASSERT_TRUE(outer_ran);
+  ASSERT_TRUE(inner.has_value()) << "the queued call was left for the writer";
+  EXPECT_EQ(inner->first, std::this_thread::get_id());
+  EXPECT_FALSE(inner->second.accepted);  // judged after 5
+  EXPECT_EQ(inner->second.current, 5u);
+  EXPECT_EQ(store->stats().caller_decided, 2u);
+  EXPECT_EQ(store->stats().requests, 2u);
+}
+
+// A queued batch that a caller would have to read from disk goes back, in
+// order, to the writer thread.
+TEST(RocksDbStoreTest, AsyncQueuedCallOnAnUncachedKeyGoesBackToTheWriter) {
+  TempDir dir;
+  {
+    auto store = OpenRocks(dir.path(), Durability::kAsync);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(AdvanceSync(*store, "k", 10).fence.accepted);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto store = OpenRocks(dir.path(), Durability::kAsync);
+  ASSERT_NE(store, nullptr);
+  std::promise<std::pair<std::thread::id, Fence>> inner;
+  store->Advance("other", 1, [&](const Status&, Fence) {
+    store->Advance("k", 9, [&](const Status& s, Fence f) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
       inner.set_value({std::this_thread::get_id(), f});
     });
   });
-  ASSERT_TRUE(outer_ran);
-  auto [ran_on, fence] = inner.get_future().get();
+  auto answered = inner.get_future();
+  ASSERT_EQ(answered.wait_for(testing::kHandlerDeadline), std::future_status::ready)
+      << "the batch was not handed back to the writer";
+  auto [ran_on, fence] = answered.get();
   EXPECT_NE(ran_on, std::this_thread::get_id());
-  EXPECT_FALSE(fence.accepted);  // judged after 5
-  EXPECT_EQ(fence.current, 5u);
-  EXPECT_EQ(store->stats().caller_decided, 1u);
-  EXPECT_EQ(store->stats().requests, 2u);
+  EXPECT_FALSE(fence.accepted) << "a stale token was accepted";
+  EXPECT_EQ(fence.current, 10u);
+  EXPECT_EQ(store->stats().caller_decided, 1u);  // "other" only
 }
 
 TEST(RocksDbStoreTest, GetDoesNotWaitForTheWriter) {
