@@ -8,6 +8,7 @@
 
 #include "proxy/headers.h"
 #include "proxy/request_checks.h"
+#include "proxy/write_whole.h"
 
 namespace fencegate::proxy {
 
@@ -457,27 +458,6 @@ bool HttpSession::TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec) {
     return false;  // the rest goes asynchronously
   }
   return true;  // all written, need_buffer (the next piece is not read yet) or an error
-}
-
-// The same for bytes already in hand (a head from AppendHead and a whole
-// body): what the plain socket takes at once, the rest through async_write
-// with its timeout; then done(ec).
-template <class Done>
-void HttpSession::WriteWhole(UpstreamPool::Stream& stream, Pieces pieces, config::Duration timeout,
-                             Done done) {
-  beast::buffers_suffix<Pieces> rest(pieces);
-  if (stream.socket().non_blocking()) {
-    ec_t ec;
-    size_t n = stream.socket().write_some(rest, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      n = 0;
-    } else if (ec || n == beast::buffer_bytes(rest)) {
-      return done(ec);
-    }
-    rest.consume(n);
-  }
-  stream.expires_after(timeout);
-  asio::async_write(stream, rest, [done = std::move(done)](ec_t ec, size_t) mutable { done(ec); });
 }
 
 void HttpSession::WriteUpstream() {

@@ -76,10 +76,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void WriteWholeResponse();
   template <class Socket, class Serializer>
   static bool TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec);
-  using Pieces = std::array<boost::asio::const_buffer, 2>;
-  template <class Done>
-  static void WriteWhole(UpstreamPool::Stream& stream, Pieces pieces, config::Duration timeout,
-                         Done done);
   void DoReadResponseHeader();
   void OnResponseHeader(ec_t ec);
   void DoWholeResponseBody(uint64_t length);
