@@ -37,7 +37,7 @@ RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
     : options_(options),
       db_(std::move(db)),
       decide_on_caller_(options.decide_on_caller &&
-              options.durability == Durability::kAsync) {
+                        options.durability == Durability::kAsync) {
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
   writer_id_ = writer_.get_id();
@@ -250,7 +250,8 @@ void RocksDbStore::WriterLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Never while a caller decides on its own thread (the lane is busy):
-      // it lets go of the lane before it answers, and wakes this thread.
+      // that caller answers, lets go of the lane, and wakes this thread if
+      // anything is left queued.
       auto ready = [this] {
         return !lane_busy_ && (closing_ || !write_queue_.empty());
       };
