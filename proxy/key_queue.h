@@ -68,7 +68,10 @@ class KeyQueue {
   // key therefore run their on_queued in the same order as they will get the
   // key: the fence filter enqueues its store Advance there, so that the
   // store decides a key's writes in the order they will be forwarded. It
-  // must be short and must not call back into this queue.
+  // must be short and must not call back into this queue. It holds the one
+  // lock of all keys: under async durability the RocksDB store decides an
+  // Advance there on the calling thread when it is idle (a memtable read and
+  // a WAL append, microseconds), and other threads' Acquire/Release wait.
   void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler,
                bool bounded = true, const std::function<void()>& on_queued = {});
 

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <future>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -304,19 +306,29 @@ TEST(RocksDbStoreTest, SyncAdvanceIsNeverDecidedOnTheCallersThread) {
   EXPECT_EQ(store->stats().caller_decided, 0u);
 }
 
+// An async store whose `key` holds `token` in a table file only: writing it,
+// closing and reopening replays the WAL into a table file, and the new block
+// cache is empty. (If RocksDB kept it in memory instead, the tests below
+// would see it decided on the caller's thread and fail, not pass vacuously.)
+std::unique_ptr<RocksDbStore> OpenWithTokenOnDiskOnly(const std::string& path,
+                                                      const std::string& key, uint64_t token) {
+  {
+    auto store = OpenRocks(path, Durability::kAsync);
+    if (store == nullptr || !AdvanceSync(*store, key, token).fence.accepted ||
+        !store->Close().ok()) {
+      ADD_FAILURE() << "could not store " << key << " = " << token;
+      return nullptr;
+    }
+  }
+  return OpenRocks(path, Durability::kAsync);
+}
+
 // A key whose value is only on disk (not in the memtable or the block cache)
 // is never read on the caller's thread: the writer decides it, against the
 // stored value, so a stale token is still refused.
 TEST(RocksDbStoreTest, AsyncAdvanceOfAnUncachedKeyIsDecidedByTheWriter) {
   TempDir dir;
-  {
-    auto store = OpenRocks(dir.path(), Durability::kAsync);
-    ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(AdvanceSync(*store, "k", 10).fence.accepted);
-    ASSERT_TRUE(store->Close().ok());
-  }
-  // Reopening replays the WAL into a table file; the block cache is empty.
-  auto store = OpenRocks(dir.path(), Durability::kAsync);
+  auto store = OpenWithTokenOnDiskOnly(dir.path(), "k", 10);
   ASSERT_NE(store, nullptr);
   std::promise<std::pair<std::thread::id, Fence>> answer;
   store->Advance("k", 9, [&](const Status& s, Fence f) {
@@ -370,13 +382,7 @@ TEST(RocksDbStoreTest, AsyncCallsQueuedWhileACallerDecidesAreTakenByIt) {
 // order, to the writer thread.
 TEST(RocksDbStoreTest, AsyncQueuedCallOnAnUncachedKeyGoesBackToTheWriter) {
   TempDir dir;
-  {
-    auto store = OpenRocks(dir.path(), Durability::kAsync);
-    ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(AdvanceSync(*store, "k", 10).fence.accepted);
-    ASSERT_TRUE(store->Close().ok());
-  }
-  auto store = OpenRocks(dir.path(), Durability::kAsync);
+  auto store = OpenWithTokenOnDiskOnly(dir.path(), "k", 10);
   ASSERT_NE(store, nullptr);
   std::promise<std::pair<std::thread::id, Fence>> inner;
   store->Advance("other", 1, [&](const Status&, Fence) {
