@@ -59,6 +59,11 @@ SCENARIOS = {
     "put_64k": "fenced PUT, 64 KiB body, distinct keys, async",
     "put_1m": "fenced PUT, 1 MiB body, distinct keys, async",
 }
+# Scenarios whose target is a ratio to fencegate's own pass-through: they
+# also run "fg_pass", the same PUT to an unfenced path (put.lua MODE plain)
+# through the same fencegate process, interleaved with the other targets, so
+# each round yields one fenced/unfenced pair measured a few seconds apart.
+PAIRED_PASS = ("put_async", "put_sync")
 BODY_BYTES = {"put_pass": 16, "put_async": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
               "put_1m": 1 << 20}
 
@@ -422,6 +427,19 @@ def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
 
+def paired(rounds, num, den, key="rps"):
+    """Per-round ratios num/den of `key` (the runs of one round are seconds
+    apart, so drift on the shared cores hits both sides of each ratio alike)
+    and their median: steadier than the ratio of the means when one run of
+    several is disturbed."""
+    per = []
+    for a, b in zip(rounds[num], rounds[den]):
+        if "failed" not in a and "failed" not in b:
+            per.append(ratio(a.get(key), b.get(key)))
+    per = [r for r in per if r is not None]
+    return {"per_round": per, "median": round(statistics.median(per), 3) if per else None}
+
+
 def hold_connections(port, n, send_request):
     """Opens n connections (optionally one GET each, answer read); returns the sockets."""
     socks = []
@@ -606,10 +624,20 @@ def print_table(results, scenarios, concs):
                 b = row["baseline"]
                 base = (f" | baseline {b['rps']:.0f} r/s, fg/baseline {ratio(f, b['rps'])}, "
                         f"p99 {b['p99_ms']}, CPU us/req {b.get('cpu_us_per_request')}")
+            pair = row.get("paired", {})
+            paired_text = ""
+            if pair.get("fg_over_nginx_rps", {}).get("median") is not None:
+                paired_text = f" | paired median fg/nginx {pair['fg_over_nginx_rps']['median']}"
+            if "fg_pass" in row:
+                p = row["fg_pass"]
+                paired_text += (f" | fg_pass {p['rps']:.0f} r/s, CPU us/req "
+                                f"{p.get('cpu_us_per_request')}, paired median fg/fg_pass "
+                                f"{pair['fg_over_fg_pass_rps']['median']}")
             print(f"{sc:<10} {c:>5} | {d:>10.0f} {n:>10.0f} {f:>10.0f} | "
                   f"{rn if rn is not None else '-':>8} {rd if rd is not None else '-':>9} | "
                   f"{lat(row, 'p50_ms'):>20} | {lat(row, 'p99_ms'):>20} | "
-                  f"{lat(row, 'p99.9_ms'):>22} | {lat(row, 'cpu_us_per_request'):>20}{base}")
+                  f"{lat(row, 'p99.9_ms'):>22} | {lat(row, 'cpu_us_per_request'):>20}{base}"
+                  f"{paired_text}")
 
 
 def print_markdown(path):
@@ -620,9 +648,12 @@ def print_markdown(path):
     has_base = any("baseline" in row for by_c in res.values() for c, row in by_c.items()
                    if c.isdigit())
     extra = " baseline/nginx r/s | fg/baseline r/s | fg/baseline CPU/req |" if has_base else ""
-    print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/direct r/s | "
-          f"fg/nginx p99 | fencegate p50 / p99 / p99.9 ms | CPU us/req nginx / fg |{extra}")
-    print("|---|---:|---:|---:|---:|---:|---|---|" + ("---:|---:|---:|" if has_base else ""))
+    print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/nginx r/s, median of rounds | "
+          "fg/direct r/s | fg/nginx p99 | fencegate p50 / p99 / p99.9 ms | "
+          "CPU us/req nginx / fg | fenced/unfenced PUT r/s, median of rounds "
+          f"(CPU us/req unfenced) |{extra}")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|---|" +
+          ("---:|---:|---:|" if has_base else ""))
     for sc, by_c in res.items():
         for c, row in by_c.items():
             if not c.isdigit():
@@ -633,10 +664,17 @@ def print_markdown(path):
                 b = row.get("baseline", {})
                 cols = (f" {ratio(b.get('rps'), n['rps'])} | {ratio(f['rps'], b.get('rps'))} |"
                         f" {ratio(f.get('cpu_us_per_request'), b.get('cpu_us_per_request'))} |")
-            print(f"| {sc} | {c} | {f['rps']:.0f} | {ratio(f['rps'], n['rps'])} | "
+            pair = row.get("paired", {})
+            med = pair.get("fg_over_nginx_rps", {}).get("median", "-")
+            fenced = "-"
+            if "fg_over_fg_pass_rps" in pair:
+                fenced = (f"{pair['fg_over_fg_pass_rps']['median']} "
+                          f"({row['fg_pass'].get('cpu_us_per_request')})")
+            print(f"| {sc} | {c} | {f['rps']:.0f} | {ratio(f['rps'], n['rps'])} | {med} | "
                   f"{ratio(f['rps'], d['rps'])} | {ratio(f['p99_ms'], n['p99_ms'])} | "
                   f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} | "
-                  f"{n.get('cpu_us_per_request')} / {f.get('cpu_us_per_request')} |{cols}")
+                  f"{n.get('cpu_us_per_request')} / {f.get('cpu_us_per_request')} | {fenced} |"
+                  f"{cols}")
 
 
 def main():
@@ -754,16 +792,18 @@ def main():
                                  backend_port, durability, args.access_log)
             urls = {"direct": f"http://127.0.0.1:{backend_port}",
                     "nginx": f"http://127.0.0.1:{proxy_port}",
-                    "fencegate": f"http://127.0.0.1:{fg.port}"}
+                    "fencegate": f"http://127.0.0.1:{fg.port}",
+                    "fg_pass": f"http://127.0.0.1:{fg.port}"}
+            sc_targets = targets + (("fg_pass",) if sc in PAIRED_PASS else ())
             if base:
                 urls["baseline"] = f"http://127.0.0.1:{base.port}"
             out["results"][sc] = {}
             try:
                 for c in concs:
-                    rounds = {t: [] for t in targets}
+                    rounds = {t: [] for t in sc_targets}
                     fsyncs = []
                     for rnd in range(args.rounds):
-                        for t in targets:
+                        for t in sc_targets:
                             counter = recorder = None
                             if sc == "put_sync" and t == "fencegate":
                                 counter = count_fsyncs_start(fg.pid, args.duration)
@@ -774,13 +814,14 @@ def main():
                             # The server under test: fencegate (every thread,
                             # RocksDB's included), nginx's workers, or for
                             # direct the backend's.
-                            pids = ([fg.pid] if t == "fencegate" else [base.pid]
+                            pids = ([fg.pid] if t in ("fencegate", "fg_pass") else [base.pid]
                                     if t == "baseline" else nginx_pids(nginx_proxy.pid)
                                     if t == "nginx" else nginx_pids(backend.pid))
-                            if args.syscalls and rnd == 0 and t != "direct":
+                            if args.syscalls and rnd == 0 and t not in ("direct", "fg_pass"):
                                 sys_counter = syscalls_start(pids, args.duration)
                             ticks = cpu_ticks(pids)
-                            r = run_wrk(args, urls[t], sc, c, args.duration)
+                            r = run_wrk(args, urls[t], "put_pass" if t == "fg_pass" else sc, c,
+                                        args.duration)
                             ticks = cpu_ticks(pids) - ticks
                             if r.get("requests"):
                                 # CPU time per request: unlike r/s, it hardly
@@ -809,8 +850,14 @@ def main():
                                     problems.append(f"{sc} c={c} {t}: socket errors {e}")
                             log(f"{sc:<9} c={c:<4} round {rnd + 1} {t:<9} "
                                 f"{r.get('rps', 0):10.0f} r/s")
-                    row = {t: summarize(rounds[t]) for t in targets}
+                    row = {t: summarize(rounds[t]) for t in sc_targets}
                     row["rounds"] = rounds
+                    row["paired"] = {"fg_over_nginx_rps": paired(rounds, "fencegate", "nginx"),
+                                     "fg_over_nginx_cpu_per_request": paired(
+                                         rounds, "fencegate", "nginx", "cpu_us_per_request")}
+                    if "fg_pass" in rounds:
+                        row["paired"]["fg_over_fg_pass_rps"] = paired(rounds, "fencegate",
+                                                                      "fg_pass")
                     if fsyncs:
                         row["fencegate"]["fsyncs_per_s"] = round(statistics.mean(fsyncs), 1)
                     out["results"][sc][str(c)] = row
@@ -882,6 +929,17 @@ def main():
                 if sc in res and c in res[sc]:
                     targets.setdefault(f"{sc}_over_fg_{ref}", {})[c] = ratio(
                         res[sc][c]["fencegate"]["rps"], row["fencegate"]["rps"])
+    # The same, paired: fenced against unfenced PUT through one fencegate
+    # process, round by round (PAIRED_PASS), and GET against nginx.
+    for sc in PAIRED_PASS:
+        for c, row in res.get(sc, {}).items():
+            if c.isdigit() and "fg_over_fg_pass_rps" in row.get("paired", {}):
+                targets.setdefault(f"{sc}_over_fg_pass_paired_median", {})[c] = (
+                    row["paired"]["fg_over_fg_pass_rps"]["median"])
+    for c, row in res.get("get", {}).items():
+        if c.isdigit() and "paired" in row:
+            targets.setdefault("get_over_nginx_paired_median", {})[c] = (
+                row["paired"]["fg_over_nginx_rps"]["median"])
     if "put_hot" in res and "put_async" in res and "1" in res["put_async"]:
         seq = res["put_async"]["1"]["direct"]["rps"]  # one client, straight to the backend
         targets["hot_over_direct_sequential"] = {
