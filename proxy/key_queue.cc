@@ -41,9 +41,10 @@ void RunOnQueued(const std::function<void()>& on_queued, Undo undo) {
 
 void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor executor,
                        Handler handler, bool bounded, const std::function<void()>& on_queued) {
+  Shard& shard = ShardFor(key);
   {
-    std::lock_guard lock(mu_);
-    auto [it, inserted] = keys_.try_emplace(key);
+    std::lock_guard lock(shard.mu);
+    auto [it, inserted] = shard.keys.try_emplace(key);
     if (!inserted) {
       if (bounded && it->second.size() >= max_waiting_per_key_) {
         boost::asio::post(executor, [h = std::move(handler)]() mutable { h(KeyLease()); });
@@ -57,7 +58,7 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
       waiting_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    RunOnQueued(on_queued, [this, it = it] { keys_.erase(it); });
+    RunOnQueued(on_queued, [&shard, it = it] { shard.keys.erase(it); });
   }
   boost::asio::post(executor, [this, key, h = std::move(handler)]() mutable {
     h(KeyLease(this, key));
@@ -66,12 +67,13 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
 
 void KeyQueue::Release(const std::string& key) {
   Waiter next;
+  Shard& shard = ShardFor(key);
   {
-    std::lock_guard lock(mu_);
-    auto it = keys_.find(key);
-    if (it == keys_.end()) return;  // unreachable: a lease exists only for a present key
+    std::lock_guard lock(shard.mu);
+    auto it = shard.keys.find(key);
+    if (it == shard.keys.end()) return;  // unreachable: a lease exists only for a present key
     if (it->second.empty()) {
-      keys_.erase(it);
+      shard.keys.erase(it);
       return;
     }
     next = std::move(it->second.front());
@@ -84,8 +86,16 @@ void KeyQueue::Release(const std::string& key) {
 }
 
 size_t KeyQueue::active_keys() const {
-  std::lock_guard lock(mu_);
-  return keys_.size();
+  size_t n = 0;
+  for (const Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    n += shard.keys.size();
+  }
+  return n;
+}
+
+size_t KeyQueue::ShardOf(const std::string& key) {
+  return std::hash<std::string>{}(key) % kShards;
 }
 
 }  // namespace fencegate::proxy

@@ -5,13 +5,16 @@
 // other. Waiters are resumed in arrival order, each on its own executor.
 //
 // Thread-safe. A KeyLease is the right to run the write: releasing it (by
-// destruction or Release()) hands the key to the next waiter.
+// destruction or Release()) hands the key to the next waiter. Keys are
+// spread over kShards shards, each with its own lock, so that threads
+// working on different keys seldom wait for each other (see on_queued).
 //
 // The number of writes that may wait behind one key is bounded (a client
 // must not be able to park unbounded work on a hot key): beyond the bound,
 // Acquire refuses and the handler runs at once with an empty lease.
 
 #include <boost/asio/any_io_executor.hpp>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <list>
@@ -68,10 +71,11 @@ class KeyQueue {
   // key therefore run their on_queued in the same order as they will get the
   // key: the fence filter enqueues its store Advance there, so that the
   // store decides a key's writes in the order they will be forwarded. It
-  // must be short and must not call back into this queue. It holds the one
-  // lock of all keys: under async durability the RocksDB store decides an
+  // must be short and must not call back into this queue. It holds the lock
+  // of the key's shard: under async durability the RocksDB store decides an
   // Advance there on the calling thread when it is idle (a memtable read and
-  // a WAL append, microseconds), and other threads' Acquire/Release wait.
+  // a WAL append, microseconds), and other threads' Acquire/Release of keys
+  // in the same shard wait for it; keys in other shards do not.
   void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler,
                bool bounded = true, const std::function<void()>& on_queued = {});
 
@@ -81,6 +85,10 @@ class KeyQueue {
   size_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
   // Number of keys with a write in flight.
   size_t active_keys() const;
+
+  static constexpr size_t kShards = 64;
+  // The shard that holds `key` (tests use it to pick keys of two shards).
+  static size_t ShardOf(const std::string& key);
 
  private:
   friend class KeyLease;
@@ -92,12 +100,20 @@ class KeyQueue {
   };
   void Release(const std::string& key);
 
+  // Its own cache line each, so that two threads locking neighbouring shards
+  // do not share one.
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    // Present while a lease on the key is held; the list holds later
+    // callers. A list, not a deque: an empty std::list allocates nothing,
+    // and most keys never have a waiter (libstdc++'s deque allocates on
+    // construction).
+    std::unordered_map<std::string, std::list<Waiter>> keys;  // guarded by mu
+  };
+  Shard& ShardFor(const std::string& key) { return shards_[ShardOf(key)]; }
+
   const size_t max_waiting_per_key_;
-  mutable std::mutex mu_;
-  // Present while a lease on the key is held; the list holds later callers.
-  // A list, not a deque: an empty std::list allocates nothing, and most
-  // keys never have a waiter (libstdc++'s deque allocates on construction).
-  std::unordered_map<std::string, std::list<Waiter>> keys_;  // guarded by mu_
+  std::array<Shard, kShards> shards_;
   std::atomic<size_t> waiting_{0};
 };
 

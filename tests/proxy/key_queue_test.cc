@@ -4,8 +4,12 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <chrono>
+#include <future>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fencegate::proxy {
@@ -133,6 +137,45 @@ TEST(KeyQueue, DifferentKeysDoNotWait) {
   EXPECT_EQ(held.size(), 2u);
   EXPECT_EQ(q.active_keys(), 2u);
   EXPECT_EQ(q.waiting(), 0u);
+}
+
+// The fence filter runs the store's Advance in on_queued, under the lock of
+// the key's shard; a write to a key of another shard, from another thread,
+// must not wait for it. With one lock for all keys the second Acquire
+// blocks until the first on_queued returns, which here never comes: the
+// wait below gives up and the test fails.
+TEST(KeyQueue, OnQueuedDoesNotBlockAcquireOfAKeyInAnotherShard) {
+  io_context ioc;
+  KeyQueue q;
+  const std::string a = "a";
+  std::string b = "b";
+  for (int i = 0; KeyQueue::ShardOf(b) == KeyQueue::ShardOf(a); ++i) b = "b" + std::to_string(i);
+  std::vector<KeyLease> held;
+  std::promise<void> queued;
+  std::thread other;
+  bool other_queued = false;
+  q.Acquire(
+      a, ioc.get_executor(), [&](KeyLease l) { held.push_back(std::move(l)); }, true,
+      [&] {
+        other = std::thread([&] {
+          q.Acquire(
+              b, ioc.get_executor(), [&](KeyLease l) { held.push_back(std::move(l)); }, true,
+              [&] { queued.set_value(); });
+        });
+        other_queued =
+            queued.get_future().wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+      });
+  other.join();  // after a's on_queued has returned, whatever happened
+  EXPECT_TRUE(other_queued) << "Acquire of " << b << " waited for on_queued of " << a;
+  ioc.poll();
+  EXPECT_EQ(held.size(), 2u);
+  EXPECT_EQ(q.active_keys(), 2u);
+}
+
+TEST(KeyQueue, KeysSpreadOverTheShards) {
+  std::set<size_t> shards;
+  for (int i = 0; i < 1000; ++i) shards.insert(KeyQueue::ShardOf("/objects/k" + std::to_string(i)));
+  EXPECT_EQ(shards.size(), KeyQueue::kShards);
 }
 
 TEST(KeyQueue, DroppedLeaseHandsOverTheKey) {
