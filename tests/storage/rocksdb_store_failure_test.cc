@@ -28,7 +28,12 @@ using testing::OpenRocks;
 using testing::RaiseSync;
 using testing::TempDir;
 
-enum class DiskFault { kNone, kNoSpace, kIoError };
+// kSyncFails: data reaches the file (the page cache), its fsync fails.
+enum class DiskFault { kNone, kNoSpace, kIoError, kSyncFails };
+
+bool FailsWrites(DiskFault fault) {
+  return fault == DiskFault::kNoSpace || fault == DiskFault::kIoError;
+}
 
 IOStatus Injected(DiskFault fault) {
   if (fault == DiskFault::kNoSpace) return IOStatus::NoSpace("injected");
@@ -43,13 +48,13 @@ class FailingFile : public rocksdb::FSWritableFileOwnerWrapper {
 
   IOStatus Append(const rocksdb::Slice& data, const IOOptions& o,
                   IODebugContext* d) override {
-    if (DiskFault f = fault_->load(); f != DiskFault::kNone) return Injected(f);
+    if (DiskFault f = fault_->load(); FailsWrites(f)) return Injected(f);
     return FSWritableFileOwnerWrapper::Append(data, o, d);
   }
   IOStatus Append(const rocksdb::Slice& data, const IOOptions& o,
                   const rocksdb::DataVerificationInfo& v,
                   IODebugContext* d) override {
-    if (DiskFault f = fault_->load(); f != DiskFault::kNone) return Injected(f);
+    if (DiskFault f = fault_->load(); FailsWrites(f)) return Injected(f);
     return FSWritableFileOwnerWrapper::Append(data, o, v, d);
   }
   IOStatus Sync(const IOOptions& o, IODebugContext* d) override {
@@ -74,7 +79,7 @@ class FailingFs : public rocksdb::FileSystemWrapper {
                            const rocksdb::FileOptions& options,
                            std::unique_ptr<rocksdb::FSWritableFile>* result,
                            IODebugContext* dbg) override {
-    if (DiskFault f = fault.load(); f != DiskFault::kNone) return Injected(f);
+    if (DiskFault f = fault.load(); FailsWrites(f)) return Injected(f);
     std::unique_ptr<rocksdb::FSWritableFile> file;
     IOStatus s = target()->NewWritableFile(name, options, &file, dbg);
     if (s.ok()) result->reset(new FailingFile(std::move(file), &fault));
@@ -204,6 +209,39 @@ INSTANTIATE_TEST_SUITE_P(
       std::string name = std::get<0>(info.param) == DiskFault::kNoSpace ? "NoSpace" : "IoError";
       return name + (std::get<1>(info.param) == Durability::kSync ? "Sync" : "Async");
     });
+
+// A synced write whose fsync failed is refused, but its WAL record is in the
+// file (the page cache), and the reopen that recovers the store replays it:
+// from then on the store decides against that token, never against the
+// value from before the failure (rocksdb_store.h, "Failure": such a write
+// may show up after a reopen, and stored tokens only go up).
+TEST(RocksDbStoreSyncFailure, ARefusedWriteThatTheReopenReplaysCounts) {
+  auto fs = std::make_shared<FailingFs>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  TempDir dir;
+  RocksDbStoreOptions options;
+  options.path = dir.path();
+  options.env = env.get();
+  options.recovery_interval = std::chrono::hours(1);
+  options.durability = Durability::kSync;
+  std::unique_ptr<RocksDbStore> store;
+  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+  ASSERT_TRUE(AdvanceSync(*store, "k", 5).fence.accepted);
+
+  fs->fault = DiskFault::kSyncFails;
+  EXPECT_FALSE(AdvanceSync(*store, "k", 9).status.ok());
+  fs->fault = DiskFault::kNone;
+
+  auto r = AdvanceSync(*store, "k", 7);  // recovers first: reopen, WAL replay
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(store->stats().reopens, 1u);
+  EXPECT_FALSE(r.fence.accepted) << "7 accepted over the replayed 9";
+  EXPECT_EQ(r.fence.current, 9u);
+  // A write that succeeds ends the failed state (a refusal writes nothing).
+  EXPECT_TRUE(AdvanceSync(*store, "k", 10).fence.accepted);
+  Status closed = store->Close();
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+}
 
 }  // namespace
 }  // namespace fencegate::storage
