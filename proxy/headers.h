@@ -67,6 +67,7 @@ bool BodilessStatus(unsigned status);
 struct DownstreamFraming {
   bool keep_alive = false;       // the client connection stays open afterwards
   bool close_delimited = false;  // the upstream body ends at EOF (no length, not chunked)
+  bool chunked = false;          // the client gets Transfer-Encoding: chunked
 };
 
 // The head fencegate sends the client for the final upstream response that
@@ -82,6 +83,14 @@ DownstreamFraming BuildDownstreamResponse(
     const boost::beast::http::response_parser<boost::beast::http::buffer_body>& parser,
     bool head_request, bool client_http11, bool keep_alive, DownstreamResponse* out);
 
+// The framing BuildDownstreamResponse returns for the same arguments,
+// without building a head: the session decides with it whether the
+// response is relayed whole (AppendDownstreamHead) or through the
+// serializer (BuildDownstreamResponse).
+DownstreamFraming DecideDownstreamFraming(
+    const boost::beast::http::response_parser<boost::beast::http::buffer_body>& parser,
+    bool head_request, bool client_http11, bool keep_alive);
+
 // Appends the head of `h` to *out in one piece, byte for byte as Beast's
 // serializer writes it: the start line, the fields in order, the blank
 // line. The session sends a head built here together with a body it holds
@@ -91,5 +100,23 @@ DownstreamFraming BuildDownstreamResponse(
 // Bodies that stream or are chunked still go through the serializer.
 void AppendHead(const UpstreamRequest::header_type& h, std::string* out);
 void AppendHead(const DownstreamResponse::header_type& h, std::string* out);
+
+// The two heads the session sends whole, appended to *out straight from the
+// parsed message, without the intermediate Beast message (whose fields are
+// one heap node each): the bytes are exactly those of AppendHead over what
+// BuildUpstreamRequest builds for the same arguments, and of AppendHead over
+// what BuildDownstreamResponse builds followed by set("X-Request-Id",
+// request_id). Both builders and these walk the head in one routine
+// (headers.cc), so the fields, their order and the framing are decided
+// once; what differs is only where they go. AppendDownstreamHead returns
+// the framing, as BuildDownstreamResponse does.
+void AppendUpstreamHead(
+    const boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser,
+    const CanonicalTarget& target, const config::Config& config, std::string_view client_ip,
+    std::string_view request_id, std::string* out);
+DownstreamFraming AppendDownstreamHead(
+    const boost::beast::http::response_parser<boost::beast::http::buffer_body>& parser,
+    bool head_request, bool client_http11, bool keep_alive, std::string_view request_id,
+    std::string* out);
 
 }  // namespace fencegate::proxy
