@@ -17,7 +17,10 @@
 //    method, the canonical target under the base path (canonical again),
 //    fencegate's framing only (the client's length, or chunked, never
 //    both), one Host, no hop-by-hop field, the token header only when
-//    forwarded; and CheckRequestHead finds nothing ambiguous in it.
+//    forwarded; and CheckRequestHead finds nothing ambiguous in it;
+//  - the head appended straight from the parser (AppendUpstreamHead, what
+//    the session sends for a request without a body) is byte for byte the
+//    two-step one, AppendHead over BuildUpstreamRequest's message.
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -136,15 +139,20 @@ void CheckKey(const std::string& key) {
 
 // The head that goes upstream, parsed back as the backend would parse it.
 void CheckUpstream(const Setup& s, const http::request_parser<http::buffer_body>& client,
-                   const proxy::CanonicalTarget& target, const proxy::UpstreamRequest& up) {
+                   const proxy::CanonicalTarget& target, std::string_view request_id,
+                   const proxy::UpstreamRequest& up) {
   std::ostringstream wire;
   wire << up.base();
   const std::string head = wire.str();
-  // The session writes a head without a body itself (AppendHead), and
-  // must write these very bytes.
+  // The session writes a head without a body itself, and must write these
+  // very bytes: AppendHead over the message, and the head appended straight
+  // from the parser without one.
   std::string own;
   proxy::AppendHead(up.base(), &own);
   FUZZ_CHECK(own == head);
+  std::string direct;
+  proxy::AppendUpstreamHead(client, target, s.config, s.client_ip, request_id, &direct);
+  FUZZ_CHECK(direct == own);
 
   http::request_parser<http::buffer_body> back;
   back.header_limit(1u << 20);
@@ -263,7 +271,7 @@ void RunConnection(const Setup& s, std::string_view input) {
         }
         proxy::UpstreamRequest up;
         proxy::BuildUpstreamRequest(parser, target, s.config, s.client_ip, request_id, &up);
-        CheckUpstream(s, parser, target, up);
+        CheckUpstream(s, parser, target, request_id, up);
       }
     }
 

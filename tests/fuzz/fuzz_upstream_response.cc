@@ -13,7 +13,12 @@
 //    backend's Connection header named, and one framing only;
 //  - what the client receives parses back completely (EOF-delimited for
 //    HTTP/1.0 clients when the backend gave no length) with the same
-//    status and exactly the body bytes the backend sent.
+//    status and exactly the body bytes the backend sent;
+//  - the head appended straight from the parser (AppendDownstreamHead, what
+//    the session sends for a response whose body is all in hand) is byte
+//    for byte the two-step one, AppendHead over BuildDownstreamResponse's
+//    message with X-Request-Id set, with the same framing (and the framing
+//    DecideDownstreamFraming gives), whether keep-alive is wanted or not.
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core.hpp>
@@ -21,6 +26,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proxy/headers.h"
@@ -32,6 +38,12 @@ namespace {
 namespace http = boost::beast::http;
 constexpr uint32_t kHeaderLimit = 64 * 1024;  // the session's floor for response heads
 constexpr size_t kStep = size_t{64} * 1024;    // the session's body buffer
+constexpr std::string_view kRequestId = "0123456789abcdef0123456789abcdef";
+
+bool SameFraming(const proxy::DownstreamFraming& a, const proxy::DownstreamFraming& b) {
+  return a.keep_alive == b.keep_alive && a.close_delimited == b.close_delimited &&
+         a.chunked == b.chunked;
+}
 
 // Feeds `parser` from input[*offset..]; false when the stream ended first or is malformed.
 template <class Parser, class Done>
@@ -111,6 +123,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string own;
   fencegate::proxy::AppendHead(down.base(), &own);
   FUZZ_CHECK(own == beast_head.str());
+  for (bool keep_alive : {true, false}) {
+    fencegate::proxy::DownstreamResponse two_step;
+    fencegate::proxy::DownstreamFraming built = fencegate::proxy::BuildDownstreamResponse(
+        *parser, head_request, client_http11, keep_alive, &two_step);
+    two_step.set("X-Request-Id", kRequestId);  // as the session does
+    std::string two_step_head;
+    fencegate::proxy::AppendHead(two_step.base(), &two_step_head);
+    std::string direct;
+    fencegate::proxy::DownstreamFraming appended = fencegate::proxy::AppendDownstreamHead(
+        *parser, head_request, client_http11, keep_alive, kRequestId, &direct);
+    FUZZ_CHECK(direct == two_step_head);
+    FUZZ_CHECK(SameFraming(appended, built));
+    FUZZ_CHECK(SameFraming(fencegate::proxy::DecideDownstreamFraming(*parser, head_request,
+                                                                     client_http11, keep_alive),
+                           built));
+    FUZZ_CHECK(built.chunked == two_step.chunked());
+  }
 
   // Relay: read the body into a 64 KiB buffer, write each piece through
   // the serializer, as DoResponseBody / OnResponseBodyRead do.
