@@ -171,7 +171,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
       std::move(handler));
 
   // The store's answer: on the store's thread, or on this thread inside
-  // Acquire for an immediate error. Delivery is always posted.
+  // Acquire for an immediate error. Delivery from here is always posted.
   auto on_answer = [p](const storage::Status& status, storage::Fence fence) {
     {
       std::lock_guard lock(p->mu);

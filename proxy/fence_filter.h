@@ -69,7 +69,9 @@ class FenceFilter {
   FenceFilter(storage::TokenStore& store, KeyQueue& queue) : store_(store), queue_(queue) {}
 
   // Steps 3-4: the key's turn and the check-and-advance. `handler` runs on
-  // `executor`, once. The Advance is made as soon as the write has its place
+  // `executor`, once: before Check returns when the calling thread runs
+  // `executor`, the key is free and the store answers at once (KeyQueue,
+  // RocksDbStore under async), else later. The Advance is made as soon as the write has its place
   // in the key's queue (so it overlaps the exchange of the write ahead; the
   // store decides a key's writes in queue order), and a forward verdict
   // comes only with the key's turn: writes to a key are forwarded one at a

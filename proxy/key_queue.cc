@@ -1,6 +1,7 @@
 #include "proxy/key_queue.h"
 
 #include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 
@@ -60,7 +61,7 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
     }
     RunOnQueued(on_queued, [&shard, it = it] { shard.keys.erase(it); });
   }
-  boost::asio::post(executor, [this, key, h = std::move(handler)]() mutable {
+  boost::asio::dispatch(executor, [this, key, h = std::move(handler)]() mutable {
     h(KeyLease(this, key));
   });
 }

@@ -59,11 +59,15 @@ class KeyQueue {
       : max_waiting_per_key_(max_waiting_per_key) {}
 
   // Runs `handler` with the lease for `key` as soon as no earlier caller
-  // holds or waits for it. The handler is always posted to `executor` (never
-  // run inside Acquire), so callers may hold their own locks while calling.
+  // holds or waits for it, on `executor`. When the key is free and the
+  // calling thread is the one running `executor` (an I/O thread acquiring
+  // for its own session), the handler runs before Acquire returns, after
+  // the queue's lock is released: no trip through the event loop for the
+  // common case of a key nobody else is writing. Otherwise it is posted.
+  // So a caller must not hold a lock the handler takes.
   // When `bounded` and max_waiting_per_key writes already wait for `key`,
   // the handler is posted at once with an empty lease (!lease.held()): the
-  // caller refuses. Unbounded callers (shadow mode, which never refuses)
+  // caller refuses. A waiter's turn (Release) is always posted. Unbounded callers (shadow mode, which never refuses)
   // always queue.
   //
   // `on_queued`, when given, runs inside Acquire, under the queue's lock,

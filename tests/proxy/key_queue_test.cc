@@ -189,7 +189,7 @@ TEST(KeyQueue, DroppedLeaseHandsOverTheKey) {
   EXPECT_EQ(q.active_keys(), 0u);
 }
 
-TEST(KeyQueue, HandlerNeverRunsInsideAcquire) {
+TEST(KeyQueue, HandlerIsPostedWhenTheCallerIsNotOnTheExecutor) {
   io_context ioc;
   KeyQueue q;
   bool ran = false;
@@ -197,6 +197,33 @@ TEST(KeyQueue, HandlerNeverRunsInsideAcquire) {
   EXPECT_FALSE(ran);
   ioc.poll();
   EXPECT_TRUE(ran);
+}
+
+// An I/O thread acquiring a free key for its own session gets it before
+// Acquire returns; a key that is taken still waits for its turn, posted.
+TEST(KeyQueue, FreeKeyOnTheExecutorsOwnThreadRunsBeforeAcquireReturns) {
+  io_context ioc;
+  KeyQueue q;
+  std::vector<std::string> events;
+  std::vector<KeyLease> held;
+  boost::asio::post(ioc, [&] {
+    q.Acquire("k", ioc.get_executor(), [&](KeyLease l) {
+      events.emplace_back("first");
+      held.push_back(std::move(l));
+    });
+    events.emplace_back("first returned");
+    q.Acquire("k", ioc.get_executor(), [&](KeyLease l) {
+      events.emplace_back("second");
+      held.push_back(std::move(l));
+    });
+    events.emplace_back("second returned");
+    ASSERT_EQ(held.size(), 1u) << "the free key was not granted inside Acquire";
+    held.front().Release();  // the second's turn: posted, not run here
+    events.emplace_back("released");
+  });
+  ioc.poll();
+  EXPECT_EQ(events, (std::vector<std::string>{"first", "first returned", "second returned",
+                                              "released", "second"}));
 }
 
 TEST(KeyQueue, MovedLeaseReleasesOnce) {
