@@ -149,7 +149,8 @@ void HttpSession::DoReadHeader() {
   status_ = 0;
   bytes_in_ = bytes_out_ = 0;
   response_started_ = false;
-  response_close_delimited_ = false;
+  response_framing_ = DownstreamFraming{};
+  whole_body_size_ = 0;
   expect_continue_ = false;
   upstream_reused_ = false;
   request_written_ = false;
@@ -333,18 +334,19 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
   upstream_reused_ = reused;
   up_buffer_.clear();
 
-  BuildUpstreamRequest(*req_parser_, target_, config_, client_ip_, request_id_, &up_req_);
   expect_continue_ = ExpectsContinue(req_parser_->get().base()) && !req_parser_->is_done();
+  request_written_ = false;
+  if (req_parser_->is_done() && !expect_continue_) {
+    // No body (the head alone completed the request): one write of the
+    // head, appended straight from the parsed request (up_req_ is not used).
+    head_.clear();
+    AppendUpstreamHead(*req_parser_, target_, config_, client_ip_, request_id_, &head_);
+    return WriteUpstreamHead();
+  }
+  BuildUpstreamRequest(*req_parser_, target_, config_, client_ip_, request_id_, &up_req_);
   up_req_.body().data = nullptr;
   up_req_.body().size = 0;
   up_req_.body().more = !req_parser_->is_done();
-  request_written_ = false;
-  if (req_parser_->is_done() && !expect_continue_) {
-    // No body (the head alone completed the request): one write of the head.
-    head_.clear();
-    AppendHead(up_req_.base(), &head_);
-    return WriteUpstreamHead();
-  }
   up_sr_.emplace(up_req_);
   if (!expect_continue_) {
     // The head goes out with the first piece of the body (or alone when
@@ -508,18 +510,15 @@ void HttpSession::OnResponseHeader(ec_t ec) {
     if (status == 101) return FailUpstream(http::error::bad_version, "upgrade not supported");
     return DoReadResponseHeader();  // interim response: wait for the final one
   }
+  // Only the framing now; the head is built in WriteResponse, as text when
+  // the response goes whole, else as down_res_ for the serializer.
   const auto& req = req_parser_->get();
-  DownstreamFraming framing = BuildDownstreamResponse(
+  response_framing_ = DecideDownstreamFraming(
       *res_parser_, req.method() == http::verb::head, req.version() >= 11,
-      request_keep_alive_ && !ctx_.draining.load(std::memory_order_relaxed), &down_res_);
-  response_close_delimited_ = framing.close_delimited;
-  bool keep_alive = framing.keep_alive;
-  down_res_.set("X-Request-Id", request_id_);
-  request_keep_alive_ = keep_alive;
+      request_keep_alive_ && !ctx_.draining.load(std::memory_order_relaxed));
+  request_keep_alive_ = response_framing_.keep_alive;
   status_ = status;
-  down_res_.body().data = nullptr;
-  down_res_.body().size = 0;
-  down_res_.body().more = true;
+  whole_body_size_ = 0;
   if (!res_parser_->is_done()) {
     // A small body of known length is read whole first, so that head and
     // body go to the client in one write; a larger or open-ended one is
@@ -550,24 +549,34 @@ void HttpSession::OnWholeResponseBody(ec_t ec) {
   // Nothing went to the client yet: a failure here is answered 502/504 (and
   // a GET/HEAD on a reused connection is retried), like a failed head.
   if (ec) return FailUpstream(ec, "read response body");
-  size_t n = body_capacity_ - res_parser_->get().body().size;
-  bytes_out_ += n;
-  down_res_.body().data = n ? body_buffer_.get() : nullptr;  // as in OnRequestBodyRead
-  down_res_.body().size = n;
+  whole_body_size_ = body_capacity_ - res_parser_->get().body().size;
+  bytes_out_ += whole_body_size_;
   WriteResponse();
 }
 
 void HttpSession::WriteResponse() {
-  // The head, with whatever body is in down_res_; the rest (if any) follows
-  // from DoResponseBody.
+  // The head, with whatever body is in hand (whole_body_size_ bytes); the
+  // rest (if any) follows from DoResponseBody. request_keep_alive_ already
+  // holds what the framing allows, so the head's Connection says the same.
   if (res_parser_->is_done()) EndUpstream(true);
-  if (res_parser_->is_done() && !down_res_.chunked()) {
-    // All of it is in hand and goes as is: head and body in one write.
+  const auto& req = req_parser_->get();
+  const bool head_request = req.method() == http::verb::head;
+  const bool client_http11 = req.version() >= 11;
+  if (res_parser_->is_done() && !response_framing_.chunked) {
+    // All of it is in hand and goes as is: head and body in one write, the
+    // head appended straight from the parsed response (down_res_ is not used).
     head_.clear();
-    AppendHead(down_res_.base(), &head_);
+    AppendDownstreamHead(*res_parser_, head_request, client_http11, request_keep_alive_,
+                         request_id_, &head_);
     response_started_ = true;
     return WriteWholeResponse();
   }
+  BuildDownstreamResponse(*res_parser_, head_request, client_http11, request_keep_alive_,
+                          &down_res_);
+  down_res_.set("X-Request-Id", request_id_);
+  // No bytes in hand: no buffer for the serializer (as in OnRequestBodyRead).
+  down_res_.body().data = whole_body_size_ ? body_buffer_.get() : nullptr;
+  down_res_.body().size = whole_body_size_;
   down_res_.body().more = !res_parser_->is_done();
   down_sr_.emplace(down_res_);
   response_started_ = true;
@@ -575,9 +584,8 @@ void HttpSession::WriteResponse() {
 }
 
 void HttpSession::WriteWholeResponse() {
-  const auto& body = down_res_.body();
   WriteWhole(stream_,
-             {asio::buffer(head_), asio::const_buffer(body.data, body.data ? body.size : 0)},
+             {asio::buffer(head_), asio::const_buffer(body_buffer_.get(), whole_body_size_)},
              config_.limits.idle_timeout, [self = shared_from_this()](ec_t ec) {
                if (ec) return self->Close();
                self->FinishRequest(self->request_keep_alive_);
@@ -642,7 +650,7 @@ void HttpSession::EndUpstream(bool reusable) {
   if (!upstream_) return;
   upstream_ended_ = Clock::now();
   reusable = reusable && res_parser_ && res_parser_->is_done() && res_parser_->keep_alive() &&
-             !response_close_delimited_ && request_written_ && up_buffer_.size() == 0;
+             !response_framing_.close_delimited && request_written_ && up_buffer_.size() == 0;
   if (reusable) {
     worker_.pool.Release(std::move(upstream_));
   } else {

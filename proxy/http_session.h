@@ -21,6 +21,7 @@
 #include "proxy/canonical_path.h"
 #include "proxy/client_limit.h"
 #include "proxy/fence_filter.h"
+#include "proxy/headers.h"
 #include "proxy/listener.h"
 #include "proxy/maybe_tls_stream.h"
 #include "proxy/proxy_context.h"
@@ -70,8 +71,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void WriteUpstream();    // up_sr_'s next piece, then OnRequestBodyWritten
   void WriteDownstream();  // down_sr_'s next piece, then OnResponseBodyWritten
   // A request without a body, or a response whose body is all in hand and
-  // not chunked: head_ (AppendHead) and the body in one write, without a
-  // serializer.
+  // not chunked: head_, appended straight from the parsed message
+  // (AppendUpstreamHead, AppendDownstreamHead: no up_req_ or down_res_), and
+  // the body in one write, without a serializer.
   void WriteUpstreamHead();
   void WriteWholeResponse();
   template <class Socket, class Serializer>
@@ -119,16 +121,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   Reply reply_;  // fencegate's own answer, alive while it is written
   UpstreamPool::Connection upstream_;
   boost::beast::flat_buffer up_buffer_;
-  http::request<http::buffer_body> up_req_;
+  http::request<http::buffer_body> up_req_;  // only for a request with a body or 100-continue
   std::optional<http::request_serializer<http::buffer_body>> up_sr_;
   std::optional<http::response_parser<http::buffer_body>> res_parser_;
-  http::response<http::buffer_body> down_res_;
+  http::response<http::buffer_body> down_res_;  // only for a streamed or chunked response
   std::optional<http::response_serializer<http::buffer_body>> down_sr_;
-  std::string head_;  // a head written without a serializer (AppendHead)
+  std::string
+      head_;  // a head written without a serializer (AppendUpstreamHead/AppendDownstreamHead)
   bool request_written_ = false;  // the whole request went upstream
   bool request_keep_alive_ = false;
   bool response_started_ = false;  // the response head went to the client
-  bool response_close_delimited_ = false;
+  DownstreamFraming response_framing_;  // DecideDownstreamFraming, at the response head
+  size_t whole_body_size_ = 0;          // response body bytes in body_buffer_ (DoWholeResponseBody)
   std::string outcome_;
   unsigned status_ = 0;
   uint64_t bytes_in_ = 0;
