@@ -306,7 +306,13 @@ void EmitUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
     char port[8];
     auto [end, ec] = std::to_chars(port, port + sizeof port, config.upstream.port);
     std::string& host = sink.BeginField("Host");
-    host.append(config.upstream.host).append(":").append(port, end);
+    const std::string& name = config.upstream.host;
+    if (name.find(':') != std::string::npos) {  // an IPv6 literal: in brackets
+      host.append("[").append(name).append("]");
+    } else {
+      host.append(name);
+    }
+    host.append(":").append(port, end);
     sink.EndField();
   }
   if (auto length = parser.content_length()) {

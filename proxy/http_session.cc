@@ -341,6 +341,10 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
     // head, appended straight from the parsed request (up_req_ is not used).
     head_.clear();
     AppendUpstreamHead(*req_parser_, target_, config_, client_ip_, request_id_, &head_);
+    // A chunked body complete already is an empty one read by an earlier
+    // try (a retry: Retryable() wants no body bytes): its head says chunked,
+    // so the last chunk must follow, or the backend waits for it.
+    if (req_parser_->chunked()) head_.append("0\r\n\r\n");
     return WriteUpstreamHead();
   }
   BuildUpstreamRequest(*req_parser_, target_, config_, client_ip_, request_id_, &up_req_);

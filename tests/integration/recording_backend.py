@@ -19,6 +19,10 @@ Behaviour:
   connection without saying so, as a backend's idle timeout does;
 - ``X-Test-EOF-Body: 1`` answers without Content-Length, the body delimited
   by closing the connection;
+- ``X-Test-Drop-If-Reused: 1`` on a connection that already served a
+  request: reads the request whole, then closes without answering (and
+  without logging it), as a backend whose idle timeout fires just as a
+  request arrives; on a new connection it is served as usual;
 - a body cut short (EOF before Content-Length bytes or before the last
   chunk) is not applied and not logged: the request never completed;
 - ``X-Test-Discard-Body: 1`` reads the body and only counts its bytes (for
@@ -155,6 +159,12 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if self._control(method, target):
+            return
+        served = getattr(self, "served", 0)
+        self.served = served + 1
+        if served and self.headers.get("X-Test-Drop-If-Reused"):
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
             return
 
         headers = [[k, v] for k, v in self.headers.items()]

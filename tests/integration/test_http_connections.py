@@ -169,6 +169,24 @@ def test_backend_closing_a_pooled_connection_never_fails_a_fenced_write(gate, ba
     assert [e["body"] for e in backend.log()] == ["one", "two"]
 
 
+def test_retried_get_with_an_empty_chunked_body_still_ends_its_body(make_gate, backend):
+    # A GET whose pooled upstream connection fails before any answer is
+    # tried once more on a new one. Its body (empty, chunked) was read the
+    # first time: the retry must still end it, or the backend waits for the
+    # last chunk until fencegate's upstream timeout answers 504.
+    gate = make_gate(upstream={"url": f"http://127.0.0.1:{backend.port}", "timeout": "2s"})
+    with RawConnection(gate.proxy) as c:
+        c.send("GET", "/plain/first", close=False)  # leaves a pooled connection
+        assert c.read_response().status == 404
+        c.send_raw(b"GET /plain/retry HTTP/1.1\r\nHost: x\r\nX-Test-Drop-If-Reused: 1\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 404, r
+    log = backend.log()
+    assert [e["path"] for e in log] == ["/plain/first", "/plain/retry"]
+    assert log[0]["peer_port"] != log[1]["peer_port"], "the retry must use a new connection"
+
+
 def test_eof_delimited_response_is_chunked_to_the_client_and_not_pooled(gate, backend):
     with RawConnection(gate.proxy) as c:
         c.send("PUT", "/objects/eof", [("Fencing-Token", "1"), ("X-Test-EOF-Body", "1")], b"e",

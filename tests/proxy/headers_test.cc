@@ -312,6 +312,26 @@ TEST(DirectHead, UpstreamRequestOfWrk) {
             "\r\n");
 }
 
+// A request without Host (HTTP/1.0) gets the upstream's: an IPv6 literal in
+// brackets (RFC 9110 section 7.2, RFC 3986 section 3.2.2), else
+// "[::1]:8080" would read as a host "::1:8080" without a port.
+TEST(DirectHead, DefaultHostOfAnIpv6UpstreamIsBracketed) {
+  for (const auto& [host, want] : {std::pair{"::1", "Host: [::1]:8080\r\n"},
+                                   std::pair{"backend.internal", "Host: backend.internal:8080\r\n"},
+                                   std::pair{"10.0.0.1", "Host: 10.0.0.1:8080\r\n"}}) {
+    http::request_parser<http::buffer_body> parser;
+    ASSERT_NO_FATAL_FAILURE(ParseRequest("GET /a HTTP/1.0\r\n\r\n", parser));
+    CanonicalTarget target;
+    ASSERT_EQ(CanonicalizeTarget(parser.get().target(), &target), PathError::kNone);
+    config::Config config = MakeConfig({"defaults", true, 0, false, ""});
+    config.upstream.host = host;
+    std::string direct;
+    AppendUpstreamHead(parser, target, config, "127.0.0.1", kRequestId, &direct);
+    EXPECT_NE(direct.find(want), std::string::npos) << direct;
+    EXPECT_EQ(direct, TwoStepUpstreamHead(parser, target, config, "127.0.0.1"));
+  }
+}
+
 constexpr std::string_view kNginxHead =
     "HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Mon, 30 Nov 2026 02:00:00 GMT\r\n"
     "Content-Type: application/octet-stream\r\nContent-Length: 615\r\n"
