@@ -14,6 +14,20 @@
 namespace fencegate::config::internal {
 namespace {
 
+// True when `regex` holds "{" followed by more than 6 digits.
+bool HasHugeRepetitionCount(std::string_view regex) {
+  for (size_t i = 0; i < regex.size(); ++i) {
+    if (regex[i] != '{') continue;
+    size_t digits = 0;
+    while (i + 1 + digits < regex.size() && regex[i + 1 + digits] >= '0' &&
+           regex[i + 1 + digits] <= '9') {
+      ++digits;
+    }
+    if (digits > 6) return true;
+  }
+  return false;
+}
+
 using Keys = std::vector<YamlReader::Key>;
 
 constexpr std::string_view kPrefixExpected = "a path prefix starting with '/', e.g. /objects/";
@@ -86,6 +100,13 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
       {"path_regex", [&](const Field& v) {
          regex_field = v;
          if (!r.NonEmptyString(v, kRegexExpected, &route->path_regex)) return false;
+         // A repetition count libstdc++ would overflow while compiling
+         // (undefined behaviour there, found by fuzz_config): refused first.
+         if (HasHugeRepetitionCount(route->path_regex)) {
+           return r.Fail(v, "'" + route->path_regex +
+                                "' has a repetition count {n} with more than 6 digits",
+                         kRegexExpected);
+         }
          try {
            std::regex compiled(route->path_regex, std::regex::ECMAScript);
            capture_count = compiled.mark_count();
