@@ -14,16 +14,37 @@
 namespace fencegate::config::internal {
 namespace {
 
-// True when `regex` holds "{" followed by more than 6 digits.
-bool HasHugeRepetitionCount(std::string_view regex) {
+// libstdc++'s regex compiler reads a repetition count ({n} or {n,m}) and a
+// back-reference (\n) into a signed long without an overflow check: a
+// longer run of digits is undefined behaviour before it can refuse the
+// regex (fuzz_config found it). Up to 6 digits it refuses a huge count
+// cleanly ("Number of NFA states exceeds limit").
+constexpr size_t kMaxCountDigits = 6;
+
+size_t DigitsAt(std::string_view text, size_t i) {
+  size_t n = 0;
+  while (i + n < text.size() && text[i + n] >= '0' && text[i + n] <= '9') ++n;
+  return n;
+}
+
+// True when `regex` has a repetition count or a back-reference of more
+// than kMaxCountDigits digits. An escaped brace (\{) is literal and skipped;
+// a brace inside [...] is not told apart, so that case errs on refusing.
+bool HasHugeCount(std::string_view regex) {
   for (size_t i = 0; i < regex.size(); ++i) {
-    if (regex[i] != '{') continue;
-    size_t digits = 0;
-    while (i + 1 + digits < regex.size() && regex[i + 1 + digits] >= '0' &&
-           regex[i + 1 + digits] <= '9') {
-      ++digits;
+    if (regex[i] == '\\') {
+      if (DigitsAt(regex, i + 1) > kMaxCountDigits) return true;  // \n
+      ++i;  // the escaped character
+      continue;
     }
-    if (digits > 6) return true;
+    if (regex[i] != '{') continue;
+    const size_t low = DigitsAt(regex, i + 1);
+    if (low > kMaxCountDigits) return true;  // {n
+    const size_t comma = i + 1 + low;
+    if (low > 0 && comma < regex.size() && regex[comma] == ',' &&
+        DigitsAt(regex, comma + 1) > kMaxCountDigits) {
+      return true;  // {n,m
+    }
   }
   return false;
 }
@@ -102,9 +123,10 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
          if (!r.NonEmptyString(v, kRegexExpected, &route->path_regex)) return false;
          // A repetition count libstdc++ would overflow while compiling
          // (undefined behaviour there, found by fuzz_config): refused first.
-         if (HasHugeRepetitionCount(route->path_regex)) {
+         if (HasHugeCount(route->path_regex)) {
            return r.Fail(v, "'" + route->path_regex +
-                                "' has a repetition count {n} with more than 6 digits",
+                                "' has a repetition count or back-reference of more "
+                                "than 6 digits",
                          kRegexExpected);
          }
          try {
