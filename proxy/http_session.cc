@@ -68,6 +68,7 @@ HttpSession::~HttpSession() {
 
 void HttpSession::Run() {
   worker_.sessions.insert(this);
+  worker_.sweep.Ensure();
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
   // For TryWriteNow, plain TCP only (TLS bytes go through OpenSSL); async
@@ -83,9 +84,10 @@ void HttpSession::Run() {
   }
   if (auto* tls = stream_.tls_stream()) {
     idle_ = true;  // no request yet: a drain closes it
-    stream_.expires_after(config_.limits.header_timeout);
-    return tls->async_handshake(asio::ssl::stream_base::server,
-                                [self = shared_from_this()](ec_t ec) { self->OnHandshake(ec); });
+    return tls->async_handshake(
+        asio::ssl::stream_base::server,
+        Timed(client_deadline_, config_.limits.header_timeout,
+              [self = shared_from_this()](ec_t ec) { self->OnHandshake(ec); }));
   }
   DoReadHeader();
 }
@@ -115,9 +117,10 @@ void HttpSession::CloseAfterResponse() {
   // close_notify tells the client the response was not cut short; its
   // answer is awaited only briefly (many clients just close).
   static constexpr std::chrono::milliseconds kTlsShutdownTimeout{1000};
-  stream_.expires_after(std::min<std::chrono::milliseconds>(config_.limits.header_timeout,
-                                                            kTlsShutdownTimeout));
-  tls->async_shutdown([self = shared_from_this()](ec_t) { self->Close(); });
+  tls->async_shutdown(
+      Timed(client_deadline_,
+            std::min<std::chrono::milliseconds>(config_.limits.header_timeout, kTlsShutdownTimeout),
+            [self = shared_from_this()](ec_t) { self->Close(); }));
 }
 
 void HttpSession::Drain() {
@@ -165,14 +168,14 @@ void HttpSession::DoReadHeader() {
 }
 
 void HttpSession::DoWaitForRequest() {
-  stream_.expires_after(config_.limits.idle_timeout);
   stream_.async_read_some(buffer_.prepare(kWaitReadSize),
-                          [self = shared_from_this()](ec_t ec, size_t n) {
-                            self->buffer_.commit(n);
-                            if (ec) return self->Close();  // idle timeout, EOF or reset
-                            self->idle_ = false;
-                            self->StartHeaderRead();
-                          });
+                          Timed(client_deadline_, config_.limits.idle_timeout,
+                                [self = shared_from_this()](ec_t ec, size_t n) {
+                                  self->buffer_.commit(n);
+                                  if (ec) return self->Close();  // idle timeout, EOF or reset
+                                  self->idle_ = false;
+                                  self->StartHeaderRead();
+                                }));
 }
 
 void HttpSession::StartHeaderRead() {
@@ -180,9 +183,11 @@ void HttpSession::StartHeaderRead() {
   // behind the previous request when pipelined).
   ec_t ec;
   if (ParseBuffered(*req_parser_, buffer_, kHeaderDone, ec)) return OnReadHeader(ec);
-  stream_.expires_after(config_.limits.header_timeout);
   http::async_read_header(stream_, buffer_, *req_parser_,
-                          [self = shared_from_this()](ec_t ec, size_t) { self->OnReadHeader(ec); });
+                          Timed(client_deadline_, config_.limits.header_timeout,
+                                [self = shared_from_this()](ec_t ec, size_t) {
+                                  self->OnReadHeader(ec);
+                                }));
 }
 
 void HttpSession::OnReadHeader(ec_t ec) {
@@ -287,11 +292,12 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
   if (!request_id_.empty()) reply.set("X-Request-Id", request_id_);
   reply_ = std::move(reply);
   bytes_out_ += reply_.body().size();
-  stream_.expires_after(config_.limits.idle_timeout);
-  http::async_write(stream_, reply_, [self = shared_from_this(), keep_alive](ec_t ec, size_t) {
-    if (ec) return self->Close();
-    self->FinishRequest(keep_alive);
-  });
+  http::async_write(stream_, reply_,
+                    Timed(client_deadline_, config_.limits.idle_timeout,
+                          [self = shared_from_this(), keep_alive](ec_t ec, size_t) {
+                            if (ec) return self->Close();
+                            self->FinishRequest(keep_alive);
+                          }));
 }
 
 void HttpSession::DoDiscardBody() {
@@ -302,16 +308,18 @@ void HttpSession::DoDiscardBody() {
   auto& body = req_parser_->get().body();
   body.data = Buffer();
   body.size = body_capacity_;
-  stream_.expires_after(config_.limits.idle_timeout);
-  http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) {
-      self->request_keep_alive_ = false;  // broken or oversized body: answer, then close
-      return self->SendReply(std::move(self->reply_), self->pending_outcome_);
-    }
-    self->discarded_ += self->body_capacity_ - self->req_parser_->get().body().size;
-    self->DoDiscardBody();
-  });
+  http::async_read(
+      stream_, buffer_, *req_parser_,
+      Timed(client_deadline_, config_.limits.idle_timeout,
+            [self = shared_from_this()](ec_t ec, size_t) {
+              if (ec == http::error::need_buffer) ec = {};
+              if (ec) {
+                self->request_keep_alive_ = false;  // broken or oversized body: answer, then close
+                return self->SendReply(std::move(self->reply_), self->pending_outcome_);
+              }
+              self->discarded_ += self->body_capacity_ - self->req_parser_->get().body().size;
+              self->DoDiscardBody();
+            }));
 }
 
 // ---------------------------------------------------------------------------
@@ -320,6 +328,7 @@ void HttpSession::DoDiscardBody() {
 void HttpSession::StartForward() {
   outcome_ = "forwarded";
   upstream_started_ = Clock::now();
+  upstream_timed_out_ = false;
   // A retry always takes a new connection: the pooled one just failed.
   worker_.pool.Acquire(
       [self = shared_from_this()](ec_t ec, UpstreamPool::Connection c, bool reused) {
@@ -357,10 +366,11 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
     // there is none): one write, not two, for a small request.
     return DoRequestBody();
   }
-  upstream_->expires_after(config_.upstream.timeout);
-  http::async_write_header(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
-    self->OnUpstreamHeaderWritten(ec);
-  });
+  http::async_write_header(*upstream_, *up_sr_,
+                           Timed(upstream_deadline_, config_.upstream.timeout,
+                                 [self = shared_from_this()](ec_t ec, size_t) {
+                                   self->OnUpstreamHeaderWritten(ec);
+                                 }));
 }
 
 void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
@@ -369,19 +379,19 @@ void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
     // The client waits for our go-ahead before it sends the body.
     expect_continue_ = false;
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    stream_.expires_after(config_.limits.idle_timeout);
     return asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
-                             [self = shared_from_this()](ec_t ec, size_t) {
-                               if (ec) return self->FailUpstream(ec, "client gone");
-                               self->DoRequestBody();
-                             });
+                             Timed(client_deadline_, config_.limits.idle_timeout,
+                                   [self = shared_from_this()](ec_t ec, size_t) {
+                                     if (ec) return self->FailUpstream(ec, "client gone");
+                                     self->DoRequestBody();
+                                   }));
   }
   DoRequestBody();
 }
 
 void HttpSession::WriteUpstreamHead() {
-  WriteWhole(*upstream_, {asio::buffer(head_), asio::const_buffer()}, config_.upstream.timeout,
-             [self = shared_from_this()](ec_t ec) {
+  WriteWhole(*upstream_, {asio::buffer(head_), asio::const_buffer()}, upstream_deadline_,
+             config_.upstream.timeout, [self = shared_from_this()](ec_t ec) {
                if (ec) return self->FailUpstream(ec, "write request head");
                self->request_written_ = true;
                self->DoReadResponseHeader();
@@ -407,10 +417,11 @@ void HttpSession::DoRequestBody() {
     }
     ec_t ec;
     if (ParseBuffered(*req_parser_, buffer_, kMessageDone, ec)) return OnRequestBodyRead(ec);
-    stream_.expires_after(config_.limits.idle_timeout);
-    http::async_read(stream_, buffer_, *req_parser_, [self = shared_from_this()](ec_t ec, size_t) {
-      self->OnRequestBodyRead(ec);
-    });
+    http::async_read(stream_, buffer_, *req_parser_,
+                     Timed(client_deadline_, config_.limits.idle_timeout,
+                           [self = shared_from_this()](ec_t ec, size_t) {
+                             self->OnRequestBodyRead(ec);
+                           }));
     return;
   }
   up_req_.body().data = nullptr;
@@ -469,19 +480,21 @@ bool HttpSession::TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec) {
 void HttpSession::WriteUpstream() {
   ec_t ec;
   if (TryWriteNow(upstream_->socket(), *up_sr_, ec)) return OnRequestBodyWritten(ec);
-  upstream_->expires_after(config_.upstream.timeout);
-  http::async_write(*upstream_, *up_sr_, [self = shared_from_this()](ec_t ec, size_t) {
-    self->OnRequestBodyWritten(ec);
-  });
+  http::async_write(*upstream_, *up_sr_,
+                    Timed(upstream_deadline_, config_.upstream.timeout,
+                          [self = shared_from_this()](ec_t ec, size_t) {
+                            self->OnRequestBodyWritten(ec);
+                          }));
 }
 
 void HttpSession::WriteDownstream() {
   ec_t ec;
   if (TryWriteNow(stream_.socket(), *down_sr_, ec)) return OnResponseBodyWritten(ec);
-  stream_.expires_after(config_.limits.idle_timeout);
-  http::async_write(stream_, *down_sr_, [self = shared_from_this()](ec_t ec, size_t) {
-    self->OnResponseBodyWritten(ec);
-  });
+  http::async_write(stream_, *down_sr_,
+                    Timed(client_deadline_, config_.limits.idle_timeout,
+                          [self = shared_from_this()](ec_t ec, size_t) {
+                            self->OnResponseBodyWritten(ec);
+                          }));
 }
 
 void HttpSession::OnRequestBodyWritten(ec_t ec) {
@@ -499,11 +512,11 @@ void HttpSession::DoReadResponseHeader() {
       std::max<uint64_t>(config_.limits.max_header_bytes, uint64_t{64} * 1024)));
   res_parser_->body_limit(boost::none);
   if (req_parser_->get().method() == http::verb::head) res_parser_->skip(true);
-  upstream_->expires_after(config_.upstream.timeout);
   http::async_read_header(*upstream_, up_buffer_, *res_parser_,
-                          [self = shared_from_this()](ec_t ec, size_t) {
-                            self->OnResponseHeader(ec);
-                          });
+                          Timed(upstream_deadline_, config_.upstream.timeout,
+                                [self = shared_from_this()](ec_t ec, size_t) {
+                                  self->OnResponseHeader(ec);
+                                }));
 }
 
 void HttpSession::OnResponseHeader(ec_t ec) {
@@ -541,11 +554,11 @@ void HttpSession::DoWholeResponseBody(uint64_t length) {
   if (length > up_buffer_.size()) up_buffer_.reserve(up_buffer_.size() + length);
   ec_t ec;
   if (ParseBuffered(*res_parser_, up_buffer_, kMessageDone, ec)) return OnWholeResponseBody(ec);
-  upstream_->expires_after(config_.upstream.timeout);
   http::async_read(*upstream_, up_buffer_, *res_parser_,
-                   [self = shared_from_this()](ec_t ec, size_t) {
-                     self->OnWholeResponseBody(ec);
-                   });
+                   Timed(upstream_deadline_, config_.upstream.timeout,
+                         [self = shared_from_this()](ec_t ec, size_t) {
+                           self->OnWholeResponseBody(ec);
+                         }));
 }
 
 void HttpSession::OnWholeResponseBody(ec_t ec) {
@@ -590,7 +603,7 @@ void HttpSession::WriteResponse() {
 void HttpSession::WriteWholeResponse() {
   WriteWhole(stream_,
              {asio::buffer(head_), asio::const_buffer(body_buffer_.get(), whole_body_size_)},
-             config_.limits.idle_timeout, [self = shared_from_this()](ec_t ec) {
+             client_deadline_, config_.limits.idle_timeout, [self = shared_from_this()](ec_t ec) {
                if (ec) return self->Close();
                self->FinishRequest(self->request_keep_alive_);
              });
@@ -603,11 +616,11 @@ void HttpSession::DoResponseBody() {
     body.data = Buffer();
     body.size = body_capacity_;
     up_buffer_.reserve(kBodyBufferSize);
-    upstream_->expires_after(config_.upstream.timeout);
     http::async_read(*upstream_, up_buffer_, *res_parser_,
-                     [self = shared_from_this()](ec_t ec, size_t) {
-                       self->OnResponseBodyRead(ec);
-                     });
+                     Timed(upstream_deadline_, config_.upstream.timeout,
+                           [self = shared_from_this()](ec_t ec, size_t) {
+                             self->OnResponseBodyRead(ec);
+                           }));
     return;
   }
   EndUpstream(true);
@@ -673,7 +686,9 @@ bool HttpSession::Retryable() const {
 }
 
 void HttpSession::FailUpstream(ec_t ec, const char* stage) {
-  bool timeout = IsTimeout(ec);
+  // Closed by the sweep (the operation ends with operation_aborted), or a
+  // timeout the kernel reported.
+  bool timeout = upstream_timed_out_ || IsTimeout(ec);
   if (upstream_ended_ < upstream_started_) upstream_ended_ = Clock::now();
   EndUpstream(false);
   // A reused connection that failed may mean the backend restarted: drop
@@ -729,6 +744,24 @@ void HttpSession::FinishRequest(bool keep_alive) {
   if (head_.capacity() > kWaitReadSize) std::string().swap(head_);
   if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) return CloseAfterResponse();
   DoReadHeader();
+}
+
+void HttpSession::Sweep(Clock::time_point now) {
+  beast::error_code ignored;
+  // As Beast's own timeouts did: the socket is closed, the pending
+  // operation ends with an error, and its handler ends the exchange.
+  if (client_deadline_.Expire(now)) stream_.socket().close(ignored);
+  if (upstream_deadline_.Expire(now) && upstream_) {
+    upstream_timed_out_ = true;
+    upstream_->socket().close(ignored);
+  }
+}
+
+bool SweepSessions(Worker& worker, Deadline::Clock::time_point now) {
+  // Sweep() only closes sockets: the handlers run later, so no session
+  // leaves the set during this loop.
+  for (HttpSession* session : worker.sessions) session->Sweep(now);
+  return !worker.sessions.empty();
 }
 
 void HttpSession::Close() {

@@ -20,6 +20,7 @@
 
 #include "proxy/canonical_path.h"
 #include "proxy/client_limit.h"
+#include "proxy/deadline.h"
 #include "proxy/fence_filter.h"
 #include "proxy/headers.h"
 #include "proxy/listener.h"
@@ -42,6 +43,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void ForceClose() { Close(); }
   // The client address's connection slot, given back when the session ends.
   void HoldClientSlot(ClientSlot slot) { client_slot_ = std::move(slot); }
+  // The worker's DeadlineSweep (SweepSessions): closes the client or the
+  // upstream stream when its operation's deadline has passed.
+  void Sweep(std::chrono::steady_clock::time_point now);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -152,6 +156,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool idle_ = false;           // waiting for the first byte of a request head
   bool expect_continue_ = false;
   ClientSlot client_slot_;  // limits.max_connections_per_client
+  // Timeouts (deadline.h): armed while an operation on that stream is
+  // pending, by Timed() or WriteWhole(). An upstream stream the sweep closed
+  // fails its operation with operation_aborted: upstream_timed_out_ makes
+  // that a 504.
+  Deadline client_deadline_;
+  Deadline upstream_deadline_;
+  bool upstream_timed_out_ = false;
 };
 
 }  // namespace fencegate::proxy

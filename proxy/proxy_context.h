@@ -10,6 +10,7 @@
 
 #include "config/config.h"
 #include "proxy/client_limit.h"
+#include "proxy/deadline.h"
 #include "proxy/fence_filter.h"
 #include "proxy/router.h"
 #include "proxy/upstream_pool.h"
@@ -30,16 +31,33 @@ struct ProxyContext {
 };
 
 class HttpSession;
+struct Worker;
 
-// Per worker thread: its io_context, its upstream pool and its sessions. Only
-// the worker's own thread touches these (no locks needed).
+// Closes the streams of `worker`'s sessions whose deadline has passed
+// (HttpSession::Sweep); false when the worker has no session left to watch.
+// Defined with HttpSession.
+bool SweepSessions(Worker& worker, Deadline::Clock::time_point now);
+
+// The sweep period of the data plane's timeouts (deadline.h).
+inline std::chrono::milliseconds SessionSweepInterval(const config::Config& config) {
+  return SweepInterval({config.limits.header_timeout, config.limits.idle_timeout,
+                        config.upstream.timeout});
+}
+
+// Per worker thread: its io_context, its upstream pool, its sessions and
+// their timeouts' sweep. Only the worker's own thread touches these (no
+// locks needed).
 struct Worker {
   boost::asio::io_context& ioc;
   UpstreamPool pool;
-  std::unordered_set<HttpSession*> sessions;  // live sessions, for draining
-  Worker(boost::asio::io_context& io, const config::UpstreamConfig& upstream,
+  std::unordered_set<HttpSession*> sessions;  // live sessions, for draining and the sweep
+  DeadlineSweep sweep;                        // started by a session, stops when none is left
+  Worker(boost::asio::io_context& io, const config::Config& config,
          boost::asio::ssl::context* upstream_tls = nullptr)
-      : ioc(io), pool(io, upstream, upstream_tls) {}
+      : ioc(io),
+        pool(io, config.upstream, upstream_tls),
+        sweep(io, SessionSweepInterval(config),
+              [this](Deadline::Clock::time_point now) { return SweepSessions(*this, now); }) {}
 };
 
 }  // namespace fencegate::proxy

@@ -56,7 +56,7 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
   admin_ctx_.store = &store_;
   admin_ctx_.set_faults = std::move(set_faults);
   for (auto& ioc : iocs_) {
-    workers_.push_back(std::make_unique<Worker>(*ioc, config_->upstream, tls_.upstream.get()));
+    workers_.push_back(std::make_unique<Worker>(*ioc, *config_, tls_.upstream.get()));
   }
 }
 
@@ -192,6 +192,7 @@ void Server::StopAll() {
       std::vector<HttpSession*> sessions(worker->sessions.begin(), worker->sessions.end());
       for (HttpSession* s : sessions) s->ForceClose();
       worker->pool.Clear();
+      worker->sweep.Stop();
     });
   }
   std::vector<AdminSession*> admins(admin_ctx_.sessions.begin(), admin_ctx_.sessions.end());

@@ -3,7 +3,8 @@
 // AppendHead and a whole body, as two buffers) on a stream. On a socket in
 // non-blocking mode (plain TCP: HttpSession::Run, UpstreamPool::Connect) the
 // bytes are first written at once; whatever the socket does not take now
-// goes through async_write with the stream's timeout. A TLS stream (whose
+// goes through async_write, bounded by `deadline` (armed for `timeout`
+// while that write is pending: deadline.h). A TLS stream (whose
 // socket stays blocking: its bytes must pass through OpenSSL) writes it all
 // asynchronously. done(ec) runs exactly once: before WriteWhole returns when
 // the socket took everything (or failed at once), else when the
@@ -23,12 +24,15 @@
 #include <cstddef>
 #include <utility>
 
+#include "proxy/deadline.h"
+
 namespace fencegate::proxy {
 
 using WholeMessage = std::array<boost::asio::const_buffer, 2>;
 
-template <class Stream, class Timeout, class Done>
-void WriteWhole(Stream& stream, WholeMessage pieces, Timeout timeout, Done done) {
+template <class Stream, class Done>
+void WriteWhole(Stream& stream, WholeMessage pieces, Deadline& deadline,
+                Deadline::Clock::duration timeout, Done done) {
   boost::beast::buffers_suffix<WholeMessage> rest(pieces);
   if (stream.socket().non_blocking()) {
     boost::system::error_code ec;
@@ -40,10 +44,10 @@ void WriteWhole(Stream& stream, WholeMessage pieces, Timeout timeout, Done done)
     }
     rest.consume(n);
   }
-  stream.expires_after(timeout);
-  boost::asio::async_write(stream, rest,
-                           [done = std::move(done)](boost::system::error_code ec,
-                                                    size_t) mutable { done(ec); });
+  boost::asio::async_write(
+      stream, rest,
+      Timed(deadline, timeout,
+            [done = std::move(done)](boost::system::error_code ec, size_t) mutable { done(ec); }));
 }
 
 }  // namespace fencegate::proxy

@@ -377,9 +377,10 @@ def syscalls_finish(p, requests):
     return {k: round(v / requests, 2) for k, v in counts.items() if v}
 
 
-def perf_record_start(out_dir, pid, scenario, conns, secs):
+def perf_record_start(out_dir, pid, scenario, conns, secs, target="fencegate"):
     os.makedirs(out_dir, exist_ok=True)
-    data = os.path.join(out_dir, f"perf-{scenario}-c{conns}.data")
+    name = scenario if target == "fencegate" else f"{scenario}-{target}"
+    data = os.path.join(out_dir, f"perf-{name}-c{conns}.data")
     return subprocess.Popen(["perf", "record", "-q", "-F", "997", "-g", "-p", str(pid),
                              "-o", data, "--", "sleep", str(secs)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -711,7 +712,8 @@ def main():
                          "(perf stat tracepoints, first round only)")
     ap.add_argument("--perf", metavar="DIR",
                     help="record fencegate with `perf record -g` during each of its runs into "
-                         "DIR/perf-<scenario>-c<conns>.data (skews those numbers: use a "
+                         "DIR/perf-<scenario>-c<conns>.data, its fg_pass runs into "
+                         "DIR/perf-<scenario>-fg_pass-c<conns>.data (skews those numbers: use a "
                          "separate invocation for profiles)")
     ap.add_argument("--report", metavar="JSON",
                     help="print the ratio table of an earlier run as Markdown and exit")
@@ -807,9 +809,9 @@ def main():
                             counter = recorder = None
                             if sc == "put_sync" and t == "fencegate":
                                 counter = count_fsyncs_start(fg.pid, args.duration)
-                            if args.perf and t == "fencegate" and rnd == 0:
+                            if args.perf and t in ("fencegate", "fg_pass") and rnd == 0:
                                 recorder = perf_record_start(args.perf, fg.pid, sc, c,
-                                                             args.duration)
+                                                             args.duration, t)
                             sys_counter = None
                             # The server under test: fencegate (every thread,
                             # RocksDB's included), nginx's workers, or for
@@ -817,7 +819,7 @@ def main():
                             pids = ([fg.pid] if t in ("fencegate", "fg_pass") else [base.pid]
                                     if t == "baseline" else nginx_pids(nginx_proxy.pid)
                                     if t == "nginx" else nginx_pids(backend.pid))
-                            if args.syscalls and rnd == 0 and t not in ("direct", "fg_pass"):
+                            if args.syscalls and rnd == 0 and t != "direct":
                                 sys_counter = syscalls_start(pids, args.duration)
                             ticks = cpu_ticks(pids)
                             r = run_wrk(args, urls[t], "put_pass" if t == "fg_pass" else sc, c,

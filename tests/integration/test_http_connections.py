@@ -207,6 +207,21 @@ def test_upstream_timeout_is_504_and_token_stays(make_gate, backend):
     assert gate.admin_get("/v1/keys/%2Fobjects%2Fslow").json()["token"] == 5
 
 
+def test_client_timeouts_do_not_run_while_the_upstream_works(make_gate, backend):
+    """The client's timeouts bound its own reads and writes only: a backend
+    slower than header_timeout and idle_timeout, but within upstream.timeout,
+    still answers, on the same kept-alive connection, fenced or not."""
+    gate = make_gate(limits={"header_timeout": "1s", "idle_timeout": "1s"},
+                     upstream={"url": f"http://127.0.0.1:{backend.port}", "timeout": "10s"})
+    with RawConnection(gate.proxy) as c:
+        c.send("PUT", "/objects/patient", [("Fencing-Token", "3"), ("X-Test-Hold-Ms", "2500")],
+               b"slow", close=False)
+        assert c.read_response().status == 201
+        c.send("GET", "/plain/patient", [("X-Test-Hold-Ms", "2500")], close=False)
+        assert c.read_response().status == 404
+    assert [e["path"] for e in backend.log()] == ["/objects/patient", "/plain/patient"]
+
+
 def sanitizer_build(binary):
     """ASan/TSan builds carry shadow memory and a quarantine of freed
     blocks: their RSS says nothing of ours. g++ links the sanitizer runtime

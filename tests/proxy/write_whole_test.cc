@@ -61,34 +61,39 @@ std::string Pattern(size_t n, char seed) {
 
 TEST(WriteWhole, WhatTheSocketDoesNotTakeAtOnceFollowsAsynchronously) {
   Pair p(/*small=*/true);
+  Deadline deadline;
   const std::string head = Pattern(3000, 'A');
   const std::string body = Pattern(size_t{2} << 20, 'a');  // far beyond both buffers
   std::optional<boost::system::error_code> result;
-  WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, std::chrono::seconds(30),
+  WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, deadline, std::chrono::seconds(30),
              [&](boost::system::error_code ec) {
                result = ec;
                p.writer.socket().shutdown(tcp::socket::shutdown_send, ec);
              });
   ASSERT_FALSE(result.has_value()) << "the socket took 2 MiB at once: nothing was tested";
+  EXPECT_TRUE(deadline.armed()) << "the pending write is not bounded by the deadline";
 
   std::string got;
   ReadToEnd(p.reader, got);
   p.ioc.run();
   ASSERT_TRUE(result.has_value()) << "done never ran";
   EXPECT_FALSE(*result) << result->message();
+  EXPECT_FALSE(deadline.armed()) << "the deadline outlived the write";
   ASSERT_EQ(got.size(), head.size() + body.size());
   EXPECT_TRUE(got == head + body) << "the bytes differ from head + body";
 }
 
 TEST(WriteWhole, AMessageTheSocketTakesWholeIsDoneBeforeItReturns) {
   Pair p(/*small=*/false);
+  Deadline deadline;
   const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
   const std::string body = "hello";
   std::optional<boost::system::error_code> result;
-  WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, std::chrono::seconds(30),
+  WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, deadline, std::chrono::seconds(30),
              [&](boost::system::error_code ec) { result = ec; });
   ASSERT_TRUE(result.has_value());
   EXPECT_FALSE(*result) << result->message();
+  EXPECT_FALSE(deadline.armed()) << "no operation was pending, yet the deadline was armed";
   std::string got(head.size() + body.size(), '\0');
   asio::read(p.reader, asio::buffer(got));
   EXPECT_EQ(got, head + body);
@@ -96,11 +101,12 @@ TEST(WriteWhole, AMessageTheSocketTakesWholeIsDoneBeforeItReturns) {
 
 TEST(WriteWhole, ABlockingSocketWritesEverythingAsynchronously) {
   Pair p(/*small=*/true);
+  Deadline deadline;
   p.writer.socket().non_blocking(false);  // as a TLS stream's socket
   const std::string head = Pattern(100, 'H');
   const std::string body = Pattern(size_t{256} << 10, 'b');
   std::optional<boost::system::error_code> result;
-  WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, std::chrono::seconds(30),
+  WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, deadline, std::chrono::seconds(30),
              [&](boost::system::error_code ec) {
                result = ec;
                p.writer.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -117,11 +123,12 @@ TEST(WriteWhole, ABlockingSocketWritesEverythingAsynchronously) {
 
 TEST(WriteWhole, AWriteToAClosedPeerReportsTheError) {
   Pair p(/*small=*/true);
+  Deadline deadline;
   p.reader.set_option(asio::socket_base::linger(true, 0));
   p.reader.close();  // RST: the writer's sends fail
   const std::string body = Pattern(size_t{1} << 20, 'x');
   std::optional<boost::system::error_code> result;
-  WriteWhole(p.writer, {asio::const_buffer(), asio::buffer(body)}, std::chrono::seconds(30),
+  WriteWhole(p.writer, {asio::const_buffer(), asio::buffer(body)}, deadline, std::chrono::seconds(30),
              [&](boost::system::error_code ec) { result = ec; });
   p.ioc.run();
   ASSERT_TRUE(result.has_value());
