@@ -663,19 +663,31 @@ void HttpSession::OnResponseBodyWritten(ec_t ec) {
 // Endings.
 
 void HttpSession::EndUpstream(bool reusable) {
-  if (lease_.held()) lease_.Release();  // the backend is done with this write
-  if (!upstream_) return;
-  upstream_ended_ = Clock::now();
-  reusable = reusable && res_parser_ && res_parser_->is_done() && res_parser_->keep_alive() &&
-             !response_framing_.close_delimited && request_written_ && up_buffer_.size() == 0;
-  if (reusable) {
-    worker_.pool.Release(std::move(upstream_));
-  } else {
-    beast::error_code ignored;
-    upstream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
-    upstream_->socket().close(ignored);
-    upstream_.reset();
+  // The whole response was read: the exchange is over.
+  const bool complete = reusable && res_parser_ && res_parser_->is_done();
+  if (upstream_) {
+    upstream_ended_ = Clock::now();
+    reusable = complete && res_parser_->keep_alive() && !response_framing_.close_delimited &&
+               request_written_ && up_buffer_.size() == 0;
+    if (reusable) {
+      worker_.pool.Release(std::move(upstream_));
+    } else {
+      beast::error_code ignored;
+      upstream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
+      upstream_->socket().close(ignored);
+      upstream_.reset();
+    }
   }
+  if (!lease_.held()) return;
+  // The backend is done with this write (or its connection is closed): the
+  // key's next write may go. After a complete exchange a next write of this
+  // thread goes now, on the connection just pooled, before this response
+  // goes to its client: for a hot key the backend's next write then
+  // overlaps that (KeyLease::HandOn). Every caller of EndUpstream(true)
+  // goes on only to write this session's response, which the next write's
+  // session does not touch. A failure hands on through the event loop.
+  if (complete) return lease_.HandOn();
+  lease_.Release();
 }
 
 bool HttpSession::Retryable() const {

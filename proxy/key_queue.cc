@@ -21,7 +21,11 @@ KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
 }
 
 void KeyLease::Release() {
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_);
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_, /*dispatch=*/false);
+}
+
+void KeyLease::HandOn() {
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_, /*dispatch=*/true);
 }
 
 namespace {
@@ -66,7 +70,7 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
   });
 }
 
-void KeyQueue::Release(const std::string& key) {
+void KeyQueue::Release(const std::string& key, bool dispatch) {
   Waiter next;
   Shard& shard = ShardFor(key);
   {
@@ -81,9 +85,9 @@ void KeyQueue::Release(const std::string& key) {
     it->second.pop_front();
     waiting_.fetch_sub(1, std::memory_order_relaxed);
   }
-  boost::asio::post(next.executor, [this, key, h = std::move(next.handler)]() mutable {
-    h(KeyLease(this, key));
-  });
+  auto turn = [this, key, h = std::move(next.handler)]() mutable { h(KeyLease(this, key)); };
+  if (dispatch) return boost::asio::dispatch(next.executor, std::move(turn));
+  boost::asio::post(next.executor, std::move(turn));
 }
 
 size_t KeyQueue::active_keys() const {

@@ -42,6 +42,14 @@ class KeyLease {
   ~KeyLease() { Release(); }  // NOLINT(bugprone-exception-escape): see operator=
 
   void Release();
+  // Releases as Release() does, except that when the next waiter's executor
+  // runs on the calling thread, its handler runs before HandOn returns
+  // (dispatch) rather than after everything the event loop has queued
+  // (post). For a hot key that is the next write on its way to the backend
+  // before this one's response goes to its client. Call it only where
+  // another session's handler may safely run: no lock held, and nothing of
+  // the caller's that the handler reaches is half-changed.
+  void HandOn();
   bool held() const { return queue_ != nullptr; }
 
  private:
@@ -67,8 +75,9 @@ class KeyQueue {
   // So a caller must not hold a lock the handler takes.
   // When `bounded` and max_waiting_per_key writes already wait for `key`,
   // the handler is posted at once with an empty lease (!lease.held()): the
-  // caller refuses. A waiter's turn (Release) is always posted. Unbounded callers (shadow mode, which never refuses)
-  // always queue.
+  // caller refuses. A waiter's turn is posted by KeyLease::Release, and
+  // dispatched by KeyLease::HandOn. Unbounded callers (shadow mode, which
+  // never refuses) always queue.
   //
   // `on_queued`, when given, runs inside Acquire, under the queue's lock,
   // once the caller has its place (never when refused). Two callers of one
@@ -102,7 +111,7 @@ class KeyQueue {
     boost::asio::any_io_executor executor;
     Handler handler;
   };
-  void Release(const std::string& key);
+  void Release(const std::string& key, bool dispatch);
 
   // Its own cache line each, so that two threads locking neighbouring shards
   // do not share one.

@@ -172,6 +172,22 @@ class RawConnection:
             raise AssertionError(f"no complete response from {self.addr} within the timeout; "
                                  f"received so far: {self.buf[:300]!r}") from None
 
+    def read_interim(self):
+        """Reads one interim (1xx) response, which read_response skips, and
+        returns its status."""
+        try:
+            line = self._readline()
+            while line == b"":
+                line = self._readline()
+            while self._readline() != b"":
+                pass
+        except socket.timeout:
+            raise AssertionError(f"no interim response from {self.addr} within the timeout; "
+                                 f"received so far: {self.buf[:300]!r}") from None
+        parts = line.split(b" ")
+        assert line.startswith(b"HTTP/1.") and len(parts) > 1 and parts[1][:1] == b"1", line
+        return int(parts[1])
+
     def close(self):
         try:
             self.sock.close()

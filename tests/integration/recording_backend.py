@@ -25,6 +25,10 @@ Behaviour:
   request arrives; on a new connection it is served as usual;
 - a body cut short (EOF before Content-Length bytes or before the last
   chunk) is not applied and not logged: the request never completed;
+- ``X-Test-Answer-Early: 1`` answers 200 ``{"backend":"early"}`` as soon as
+  the head is read, before the body (as a backend that refuses or accepts
+  a request on its head alone), counts it (``early`` in ``/__log``), then
+  reads the body and logs the request; the connection stays open;
 - ``X-Test-Discard-Body: 1`` reads the body and only counts its bytes (for
   bodies too large to keep); the log then has ``body_bytes`` and no body;
 - PUT stores the body under the raw path: 201 when new, 200 when replaced;
@@ -56,6 +60,7 @@ class State:
         self.active = {}    # id -> request still being handled, guarded by lock
         self.next_active = 0  # guarded by lock
         self.dropped = 0      # connections closed by X-Test-Drop-Idle; guarded by lock
+        self.early = 0        # answers sent before the body by X-Test-Answer-Early; guarded by lock
 
 
 STATE = State()
@@ -138,7 +143,8 @@ class Handler(BaseHTTPRequestHandler):
             with STATE.lock:
                 body = json.dumps({"requests": STATE.log,
                                    "active": list(STATE.active.values()),
-                                   "dropped": STATE.dropped}).encode()
+                                   "dropped": STATE.dropped,
+                                   "early": STATE.early}).encode()
             self._send(200, body)
             return True
         if method == "POST" and target == "/__reset":
@@ -153,6 +159,8 @@ class Handler(BaseHTTPRequestHandler):
         start = time.monotonic()
         method = self.command
         target = self._raw_target()
+        if self.headers.get("X-Test-Answer-Early"):
+            return self._answer_early(start, method, target)
         try:
             body = self._read_body()
         except IncompleteBody:
@@ -216,6 +224,26 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             with STATE.lock:
                 STATE.dropped += 1
+
+    def _answer_early(self, start, method, target):
+        self._send(200, b'{"backend":"early"}')
+        with STATE.lock:
+            STATE.early += 1
+        try:
+            body = self._read_body()
+        except IncompleteBody:
+            self.close_connection = True
+            return
+        with STATE.lock:
+            STATE.seq += 1
+            STATE.log.append({
+                "seq": STATE.seq, "method": method, "path": target,
+                "headers": [[k, v] for k, v in self.headers.items()],
+                "body": body.decode("latin-1"), "body_bytes": len(body),
+                "start": start, "end": time.monotonic(), "status": 200,
+                "peer_port": self.client_address[1],
+                "sni": getattr(self.connection, "fg_sni", None),
+            })
 
     def _respond(self, method, target, body):
         """Decides the answer; called with STATE.lock held."""

@@ -187,6 +187,30 @@ def test_retried_get_with_an_empty_chunked_body_still_ends_its_body(make_gate, b
     assert log[0]["peer_port"] != log[1]["peer_port"], "the retry must use a new connection"
 
 
+def test_an_answer_the_backend_sent_before_the_body_ended_is_relayed(make_gate, backend):
+    # The backend answers on the head alone, before the client has sent the
+    # body (Expect: 100-continue makes fencegate send the head first and
+    # answer 100 itself). That answer arrives while fencegate waits on the
+    # client, and no more bytes follow it: fencegate sends the body up, then
+    # relays the answer that is waiting, without waiting for another
+    # readiness event (only upstream.timeout would end that wait, with a
+    # 504), and both connections stay in step for the next request.
+    gate = make_gate(upstream={"url": f"http://127.0.0.1:{backend.port}", "timeout": "60s"})
+    with RawConnection(gate.proxy, timeout=10) as c:
+        c.send_raw(b"PUT /plain/early HTTP/1.1\r\nHost: x\r\nX-Test-Answer-Early: 1\r\n"
+                   b"Expect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+        assert c.read_interim() == 100
+        backend.wait_until(lambda snap: snap["early"] == 1, what="the backend's early answer")
+        c.send_raw(b"0123456789")
+        r = c.read_response("PUT")
+        assert r.status == 200 and r.body == b'{"backend":"early"}', r
+        # The connection is still good for the next request.
+        c.send("GET", "/plain/after", close=False)
+        assert c.read_response().status == 404
+    assert [(e["path"], e["body"]) for e in backend.log()] == [("/plain/early", "0123456789"),
+                                                               ("/plain/after", "")]
+
+
 def test_eof_delimited_response_is_chunked_to_the_client_and_not_pooled(gate, backend):
     with RawConnection(gate.proxy) as c:
         c.send("PUT", "/objects/eof", [("Fencing-Token", "1"), ("X-Test-EOF-Body", "1")], b"e",

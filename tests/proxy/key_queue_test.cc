@@ -226,6 +226,59 @@ TEST(KeyQueue, FreeKeyOnTheExecutorsOwnThreadRunsBeforeAcquireReturns) {
                                               "released", "second"}));
 }
 
+TEST(KeyQueue, HandOnRunsTheNextWaiterOfThisThreadBeforeItReturns) {
+  io_context ioc;
+  KeyQueue q;
+  std::vector<std::string> events;
+  std::vector<KeyLease> held;
+  boost::asio::post(ioc, [&] {
+    q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { held.push_back(std::move(l)); });
+    q.Acquire("k", ioc.get_executor(), [&](KeyLease l) {
+      events.emplace_back("second");
+      held.push_back(std::move(l));
+    });
+    q.Acquire("k", ioc.get_executor(), [&](KeyLease l) {
+      events.emplace_back("third");
+      held.push_back(std::move(l));
+    });
+    ASSERT_EQ(held.size(), 1u);
+    held.front().HandOn();  // the second's turn, run here
+    events.emplace_back("handed on");
+    ASSERT_EQ(held.size(), 2u);
+    held.back().Release();  // the third's turn: posted, as ever
+    events.emplace_back("released");
+  });
+  ioc.poll();
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"second", "handed on", "released", "third"}));
+}
+
+TEST(KeyQueue, HandOnPostsToAWaiterOfAnotherThread) {
+  io_context mine;
+  io_context theirs;
+  KeyQueue q;
+  std::vector<std::string> events;
+  KeyLease first;
+  KeyLease second;
+  q.Acquire("k", mine.get_executor(), [&](KeyLease l) { first = std::move(l); });
+  q.Acquire("k", theirs.get_executor(), [&](KeyLease l) {
+    events.emplace_back("second");
+    second = std::move(l);
+  });
+  mine.poll();
+  mine.restart();
+  ASSERT_TRUE(first.held());
+  boost::asio::post(mine, [&] {
+    first.HandOn();  // `theirs` is not running here: its handler must not run on this thread
+    events.emplace_back("handed on");
+  });
+  mine.poll();
+  EXPECT_EQ(events, (std::vector<std::string>{"handed on"}));
+  theirs.poll();
+  EXPECT_EQ(events, (std::vector<std::string>{"handed on", "second"}));
+  EXPECT_TRUE(second.held());
+}
+
 TEST(KeyQueue, MovedLeaseReleasesOnce) {
   io_context ioc;
   KeyQueue q;
