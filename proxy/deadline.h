@@ -85,7 +85,6 @@ class DeadlineSweep {
     running_ = false;
     timer_.cancel();
   }
-  std::chrono::milliseconds interval() const { return interval_; }
   bool running() const { return running_; }
 
  private:

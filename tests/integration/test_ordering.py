@@ -60,3 +60,38 @@ def test_different_keys_run_in_parallel(gate, backend):
     assert a["start"] < b["end"] and b["start"] < a["end"], (
         f"writes to different keys did not overlap at the backend: "
         f"p1 [{a['start']:.3f}, {a['end']:.3f}], p2 [{b['start']:.3f}, {b['end']:.3f}]")
+
+
+def test_a_hot_key_on_one_thread_is_handed_on_one_write_at_a_time(make_gate, backend):
+    # With one thread every waiter of the key runs where the previous write
+    # ends, and the key is handed on before that write's response goes to
+    # its client (KeyLease::HandOn). The writes must still reach the
+    # backend one at a time, and each client must get the answer to its own
+    # write.
+    gate = make_gate(threads=1)
+    conns = [RawConnection(gate.proxy) for _ in range(6)]
+    try:
+        conns[0].send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "300")],
+                      b"w0", close=False)
+        backend.wait_until(lambda s: _active_with_token(s, "/objects/hot", "7"),
+                           what="the first write to reach the backend")
+        # Five more queue behind it, each held briefly at the backend so
+        # that an overlap would show in the log's times.
+        for i, c in enumerate(conns[1:], start=1):
+            c.send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "20")],
+                   b"w%d" % i, close=False)
+        answers = [c.read_response("PUT") for c in conns]
+    finally:
+        for c in conns:
+            c.close()
+    log = backend.log()
+    assert [a.status for a in answers] == [201] + [200] * 5, answers
+    assert log[0]["body"] == "w0" and sorted(e["body"] for e in log) == [f"w{i}" for i in range(6)], log
+    for before, after in zip(log, log[1:]):
+        assert after["start"] >= before["end"], (
+            f"{after['body']} reached the backend while {before['body']} was still there: {log}")
+    # The request id fencegate gave each write upstream comes back to the
+    # client that sent it.
+    sent_id = {e["body"]: dict(e["headers"])["X-Request-Id"] for e in log}
+    for i, answer in enumerate(answers):
+        assert answer.header("X-Request-Id") == sent_id[f"w{i}"], (i, answer, log)
