@@ -194,20 +194,7 @@ class Handler(BaseHTTPRequestHandler):
             forced = self.headers.get("X-Test-Status")
             if forced:
                 status = int(forced)
-            STATE.seq += 1
-            STATE.log.append({
-                "seq": STATE.seq,
-                "method": method,
-                "path": target,
-                "headers": headers,
-                "body": body.decode("latin-1"),
-                "body_bytes": len(body) if self.discarded is None else self.discarded,
-                "start": start,
-                "end": time.monotonic(),
-                "status": status,
-                "peer_port": self.client_address[1],
-                "sni": getattr(self.connection, "fg_sni", None),
-            })
+            self._log_locked(start, method, target, headers, body, status)
         if self.headers.get("X-Test-EOF-Body"):
             self.send_response(status)
             self.send_header("Content-Type", ctype)
@@ -235,15 +222,25 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         with STATE.lock:
-            STATE.seq += 1
-            STATE.log.append({
-                "seq": STATE.seq, "method": method, "path": target,
-                "headers": [[k, v] for k, v in self.headers.items()],
-                "body": body.decode("latin-1"), "body_bytes": len(body),
-                "start": start, "end": time.monotonic(), "status": 200,
-                "peer_port": self.client_address[1],
-                "sni": getattr(self.connection, "fg_sni", None),
-            })
+            self._log_locked(start, method, target, [[k, v] for k, v in self.headers.items()],
+                             body, 200)
+
+    def _log_locked(self, start, method, target, headers, body, status):
+        """Appends a finished request to the log; called with STATE.lock held."""
+        STATE.seq += 1
+        STATE.log.append({
+            "seq": STATE.seq,
+            "method": method,
+            "path": target,
+            "headers": headers,
+            "body": body.decode("latin-1"),
+            "body_bytes": len(body) if self.discarded is None else self.discarded,
+            "start": start,
+            "end": time.monotonic(),
+            "status": status,
+            "peer_port": self.client_address[1],
+            "sni": getattr(self.connection, "fg_sni", None),
+        })
 
     def _respond(self, method, target, body):
         """Decides the answer; called with STATE.lock held."""

@@ -192,9 +192,11 @@ def test_an_answer_the_backend_sent_before_the_body_ended_is_relayed(make_gate, 
     # body (Expect: 100-continue makes fencegate send the head first and
     # answer 100 itself). That answer arrives while fencegate waits on the
     # client, and no more bytes follow it: fencegate sends the body up, then
-    # relays the answer that is waiting, without waiting for another
-    # readiness event (only upstream.timeout would end that wait, with a
-    # 504), and both connections stay in step for the next request.
+    # relays the answer already waiting in the socket, and both connections
+    # stay in step for the next request. A read of the response that needed
+    # a new readiness event would hang here until upstream.timeout (504):
+    # Asio's readiness wait re-arms the socket, so it does not, but a change
+    # of how the response is read must keep this case.
     gate = make_gate(upstream={"url": f"http://127.0.0.1:{backend.port}", "timeout": "60s"})
     with RawConnection(gate.proxy, timeout=10) as c:
         c.send_raw(b"PUT /plain/early HTTP/1.1\r\nHost: x\r\nX-Test-Answer-Early: 1\r\n"
