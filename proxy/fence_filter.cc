@@ -127,6 +127,7 @@ struct PendingFence {
   bool delivered = false;    // guarded by mu; Deliver ran or is posted
   storage::Status status;    // guarded by mu until delivered
   storage::Fence fence;      // guarded by mu until delivered
+  std::optional<HandedConnection> handed;  // guarded by mu until delivered (Check's relay)
 
   // A refusal (stale token, store error) is answered without waiting for the
   // key's turn: nothing will be forwarded. Shadow mode forwards those too.
@@ -148,6 +149,7 @@ struct PendingFence {
       v.outcome = "forwarded";
       v.forward = true;
     }
+    v.handed = std::move(handed);  // only ever set for a write that is forwarded
     if (shadow && !v.forward) {
       v.shadow_violation = v.outcome;
       filter.CountShadowViolation();
@@ -164,7 +166,7 @@ struct PendingFence {
 }  // namespace
 
 void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor executor,
-                        Handler handler) {
+                        Handler handler, std::string_view whole_request) {
   auto p = std::make_shared<PendingFence>(
       *this, intent,
       boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
@@ -219,9 +221,29 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // runs, the next one's check-and-advance (and its fsync, shared with the
   // writes queued behind it) is already done. Forwarding still waits for the
   // turn, so writes to a key reach the backend one at a time, in order.
+  //
+  // The relay: on the thread that hands the key on, from another thread,
+  // just before on_turn is posted. Only a write the store has accepted (or,
+  // shadow, answered) is sent: one still unanswered (sync durability, its
+  // fsync under way) or refused goes the usual way. Nothing else delivers
+  // an accepted write before its turn, so `whole_request` is untouched
+  // while it is sent.
+  KeyQueue::Relay relay;
+  if (!whole_request.empty()) {
+    relay = [p, whole_request](Courier& courier) {
+      {
+        std::lock_guard lock(p->mu);
+        if (!p->answered || p->delivered || p->RefusedLocked()) return;
+      }
+      std::optional<HandedConnection> handed = courier.Send(whole_request);
+      std::lock_guard lock(p->mu);
+      p->handed = std::move(handed);
+    };
+  }
   queue_.Acquire(
       intent.key, p->executor, std::move(on_turn), /*bounded=*/!intent.shadow,
-      [this, &intent, &on_answer] { store_.Advance(intent.key, intent.token, on_answer); });
+      [this, &intent, &on_answer] { store_.Advance(intent.key, intent.token, on_answer); },
+      std::move(relay));
 }
 
 size_t FenceFilter::max_waiting_per_key() const { return queue_.max_waiting_per_key(); }

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/handoff.h"
 #include "proxy/key_queue.h"
 #include "proxy/replies.h"
 #include "proxy/router.h"
@@ -60,6 +61,10 @@ struct FenceVerdict {
   uint64_t current = 0;          // stored maximum reported by the store
   std::string shadow_violation;  // shadow mode: what would have been refused
   KeyLease lease;                // held until the upstream exchange ends
+  // When forwarding: the request already went upstream on this connection,
+  // sent by the thread that handed the key on (Check's whole_request,
+  // handoff.h). The session adopts it and reads the response.
+  std::optional<HandedConnection> handed;
 };
 
 class FenceFilter {
@@ -81,7 +86,15 @@ class FenceFilter {
   // once and nothing reaches the store. In shadow mode the verdict is always
   // forward, in turn; a stale token or a store error is reported in
   // shadow_violation instead.
-  void Check(const WriteIntent& intent, boost::asio::any_io_executor executor, Handler handler);
+  //
+  // `whole_request`, when not empty, is the write's whole upstream request,
+  // which must stay unchanged until `handler` runs. A thread that hands the
+  // key on to this write from another thread (KeyLease::HandOn with a
+  // Courier) then sends it at once, if the store has accepted the write by
+  // then (or, in shadow mode, answered), and the verdict carries the
+  // connection (FenceVerdict::handed).
+  void Check(const WriteIntent& intent, boost::asio::any_io_executor executor, Handler handler,
+             std::string_view whole_request = {});
 
   size_t max_waiting_per_key() const;
 

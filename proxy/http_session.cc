@@ -157,6 +157,7 @@ void HttpSession::DoReadHeader() {
   expect_continue_ = false;
   upstream_reused_ = false;
   request_written_ = false;
+  whole_request_ = false;
   retried_ = false;
   upstream_started_ = upstream_ended_ = Clock::time_point{};
   idle_ = buffer_.size() == 0;
@@ -249,12 +250,16 @@ void HttpSession::OnReadHeader(ec_t ec) {
       return SendReply(std::move(*intent_.reply), intent_.outcome);
     case WriteIntent::Kind::kPassThrough:
       return StartForward();
-    case WriteIntent::Kind::kFence:
-      ctx_.fence->Check(intent_, stream_.get_executor(),
-                        [self = shared_from_this()](FenceVerdict v) {
-                          self->OnVerdict(std::move(v));
-                        });
+    case WriteIntent::Kind::kFence: {
+      ec_t body_ec;
+      bool whole = PrepareWholeRequest(body_ec);
+      if (body_ec) return;  // answered
+      ctx_.fence->Check(
+          intent_, stream_.get_executor(),
+          [self = shared_from_this()](FenceVerdict v) { self->OnVerdict(std::move(v)); },
+          whole ? std::string_view(head_) : std::string_view{});
       return;
+    }
   }
 }
 
@@ -267,7 +272,58 @@ void HttpSession::OnVerdict(FenceVerdict verdict) {
   }
   if (!verdict.forward) return SendReply(std::move(*verdict.reply), verdict.outcome);
   lease_ = std::move(verdict.lease);
+  if (verdict.handed) return ContinueHanded(std::move(*verdict.handed));
   StartForward();
+}
+
+bool HttpSession::PrepareWholeRequest(ec_t& ec) {
+  auto& parser = *req_parser_;
+  // 100-continue: the client may wait for our go-ahead (OnUpstream);
+  // chunked: the head says chunked, and the body would have to be framed again.
+  if (ExpectsContinue(parser.get().base()) || parser.chunked()) return false;
+  size_t n = 0;
+  if (!parser.is_done()) {
+    auto remaining = parser.content_length_remaining();
+    if (!remaining || *remaining > kWholeBodyMax || *remaining > buffer_.size()) return false;
+    auto& body = parser.get().body();
+    body.data = Buffer(*remaining);
+    body.size = body_capacity_;
+    ParseBuffered(parser, buffer_, kMessageDone, ec);
+    // Not done cannot be: the body was all in buffer_, and its buffer fits it.
+    if (!ec && !parser.is_done()) ec = http::error::partial_message;
+    if (ec) {
+      OnRequestBodyRead(ec);
+      return false;
+    }
+    n = body_capacity_ - body.size;
+    bytes_in_ += n;
+  }
+  head_.clear();
+  AppendUpstreamHead(parser, target_, config_, client_ip_, request_id_, &head_);
+  if (n > 0) head_.append(body_buffer_.get(), n);
+  whole_request_ = true;
+  return true;
+}
+
+void HttpSession::ContinueHanded(HandedConnection handed) {
+  outcome_ = "forwarded";
+  upstream_started_ = handed.sent_at;
+  upstream_timed_out_ = false;
+  const size_t sent = handed.sent;
+  ec_t ec;
+  upstream_ = worker_.pool.Adopt(std::move(handed), ec);
+  // The request may have gone whole: no second try (never for a fenced write).
+  if (!upstream_) return FailUpstream(ec, "take over connection");
+  upstream_reused_ = true;
+  up_buffer_.clear();
+  expect_continue_ = false;
+  request_written_ = false;
+  spdlog::debug("key {}: request {} sent upstream by the thread that handed the key on ({} of {} "
+                "bytes)",
+                intent_.key, request_id_, sent, head_.size());
+  if (sent < head_.size()) return WriteUpstreamHead(sent);
+  request_written_ = true;
+  DoReadResponseHeader();
 }
 
 void HttpSession::SendReply(Reply reply, std::string_view outcome) {
@@ -345,6 +401,7 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
 
   expect_continue_ = ExpectsContinue(req_parser_->get().base()) && !req_parser_->is_done();
   request_written_ = false;
+  if (whole_request_) return WriteUpstreamHead();  // built by PrepareWholeRequest
   if (req_parser_->is_done() && !expect_continue_) {
     // No body (the head alone completed the request): one write of the
     // head, appended straight from the parsed request (up_req_ is not used).
@@ -389,8 +446,8 @@ void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
   DoRequestBody();
 }
 
-void HttpSession::WriteUpstreamHead() {
-  WriteWhole(*upstream_, {asio::buffer(head_), asio::const_buffer()}, upstream_deadline_,
+void HttpSession::WriteUpstreamHead(size_t from) {
+  WriteWhole(*upstream_, {asio::buffer(head_) + from, asio::const_buffer()}, upstream_deadline_,
              config_.upstream.timeout, [self = shared_from_this()](ec_t ec) {
                if (ec) return self->FailUpstream(ec, "write request head");
                self->request_written_ = true;
@@ -686,7 +743,9 @@ void HttpSession::EndUpstream(bool reusable) {
   // overlaps that (KeyLease::HandOn). Every caller of EndUpstream(true)
   // goes on only to write this session's response, which the next write's
   // session does not touch. A failure hands on through the event loop.
-  if (complete) return lease_.HandOn();
+  // A next write of another thread whose request is whole goes upstream from
+  // here too, on one of this thread's connections (handoff.h).
+  if (complete) return lease_.HandOn(&worker_.pool);
   lease_.Release();
 }
 

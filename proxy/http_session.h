@@ -62,6 +62,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void StartHeaderRead();
   void OnReadHeader(ec_t ec);
   void OnVerdict(FenceVerdict verdict);
+  // A fenced write whose body (if any) came whole with its head: the whole
+  // upstream request into head_ now, before the key's turn (whole_request_),
+  // so that it goes in one write, or is sent by the thread that hands the
+  // key on (FenceFilter::Check, handoff.h). False when it must stream; an
+  // error reading the buffered body is answered (OnRequestBodyRead) and
+  // returned in `ec`.
+  bool PrepareWholeRequest(ec_t& ec);
+  // The turn came with the request already upstream (FenceVerdict::handed).
+  void ContinueHanded(HandedConnection handed);
   void SendReply(Reply reply, std::string_view outcome);
   void DoDiscardBody();  // read and drop a small unread body before replying
 
@@ -78,7 +87,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // not chunked: head_, appended straight from the parsed message
   // (AppendUpstreamHead, AppendDownstreamHead: no up_req_ or down_res_), and
   // the body in one write, without a serializer.
-  void WriteUpstreamHead();
+  // head_ from byte `from` on: a request without a body, or a whole one
+  // (whole_request_).
+  void WriteUpstreamHead(size_t from = 0);
   void WriteWholeResponse();
   template <class Socket, class Serializer>
   static bool TryWriteNow(Socket& socket, Serializer& sr, ec_t& ec);
@@ -116,6 +127,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   size_t body_capacity_ = 0;
   static constexpr size_t kBodyBufferSize = size_t{64} * 1024;
   static constexpr size_t kWaitReadSize = 4096;  // the first read of a kept-alive request
+  // PrepareWholeRequest: bodies up to this size, already read with the head.
+  static constexpr uint64_t kWholeBodyMax = uint64_t{16} * 1024;
 
   // Per request.
   std::optional<http::request_parser<http::buffer_body>> req_parser_;
@@ -133,6 +146,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::string
       head_;  // a head written without a serializer (AppendUpstreamHead/AppendDownstreamHead)
   bool request_written_ = false;  // the whole request went upstream
+  bool whole_request_ = false;    // head_ holds the whole upstream request (PrepareWholeRequest)
   bool request_keep_alive_ = false;
   bool response_started_ = false;  // the response head went to the client
   DownstreamFraming response_framing_;  // DecideDownstreamFraming, at the response head

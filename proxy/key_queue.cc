@@ -1,9 +1,11 @@
 #include "proxy/key_queue.h"
 
 #include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <utility>
 
 namespace fencegate::proxy {
 
@@ -24,11 +26,23 @@ void KeyLease::Release() {
   if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_, /*dispatch=*/false);
 }
 
-void KeyLease::HandOn() {
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_, /*dispatch=*/true);
+void KeyLease::HandOn(Courier* courier) {
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_, /*dispatch=*/true, courier);
 }
 
 namespace {
+
+// True only when `executor` is known to run on another thread than this
+// one: an io_context's executor (the I/O threads'), tracked or not, whose
+// io_context this thread is not running. Any other executor: false.
+bool RunsElsewhere(const boost::asio::any_io_executor& executor) {
+  using Plain = boost::asio::io_context::executor_type;
+  using Tracked = decltype(boost::asio::prefer(std::declval<Plain>(),
+                                               boost::asio::execution::outstanding_work.tracked));
+  if (const auto* e = executor.target<Tracked>()) return !e->running_in_this_thread();
+  if (const auto* e = executor.target<Plain>()) return !e->running_in_this_thread();
+  return false;
+}
 
 // Runs on_queued; if it throws, `undo` gives the caller's place back first.
 template <class Undo>
@@ -45,7 +59,8 @@ void RunOnQueued(const std::function<void()>& on_queued, Undo undo) {
 }  // namespace
 
 void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor executor,
-                       Handler handler, bool bounded, const std::function<void()>& on_queued) {
+                       Handler handler, bool bounded, const std::function<void()>& on_queued,
+                       Relay relay) {
   Shard& shard = ShardFor(key);
   {
     std::lock_guard lock(shard.mu);
@@ -58,7 +73,7 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
       auto& waiters = it->second;
       waiters.push_back(Waiter{
           boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
-          std::move(handler)});
+          std::move(handler), std::move(relay)});
       RunOnQueued(on_queued, [&waiters] { waiters.pop_back(); });
       waiting_.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -70,7 +85,7 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
   });
 }
 
-void KeyQueue::Release(const std::string& key, bool dispatch) {
+void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) {
   Waiter next;
   Shard& shard = ShardFor(key);
   {
@@ -86,7 +101,18 @@ void KeyQueue::Release(const std::string& key, bool dispatch) {
     waiting_.fetch_sub(1, std::memory_order_relaxed);
   }
   auto turn = [this, key, h = std::move(next.handler)]() mutable { h(KeyLease(this, key)); };
-  if (dispatch) return boost::asio::dispatch(next.executor, std::move(turn));
+  if (dispatch) {
+    // The relay first: what it sends goes before the waiter's turn is
+    // posted, so the waiter's thread finds it done.
+    if (courier != nullptr && next.relay && RunsElsewhere(next.executor)) {
+      // A relay that fails costs the shortcut, never the waiter's turn.
+      try {
+        next.relay(*courier);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the turn below is what matters
+      }
+    }
+    return boost::asio::dispatch(next.executor, std::move(turn));
+  }
   boost::asio::post(next.executor, std::move(turn));
 }
 

@@ -25,6 +25,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "proxy/handoff.h"
+
 namespace fencegate::proxy {
 
 class KeyQueue;
@@ -49,7 +51,10 @@ class KeyLease {
   // before this one's response goes to its client. Call it only where
   // another session's handler may safely run: no lock held, and nothing of
   // the caller's that the handler reaches is half-changed.
-  void HandOn();
+  // With a `courier`, when the next waiter runs on another thread and gave
+  // a relay (KeyQueue::Acquire), the relay runs here first, before its turn
+  // is posted: it may have the courier send its request upstream now.
+  void HandOn(Courier* courier = nullptr);
   bool held() const { return queue_ != nullptr; }
 
  private:
@@ -62,6 +67,10 @@ class KeyLease {
 class KeyQueue {
  public:
   using Handler = std::function<void(KeyLease)>;
+  // A waiter's use of a Courier (handoff.h): runs on the thread that hands
+  // the key on, when that is not the waiter's thread, just before the
+  // waiter's turn is posted to it. No lock is held.
+  using Relay = std::function<void(Courier&)>;
 
   explicit KeyQueue(size_t max_waiting_per_key = std::numeric_limits<size_t>::max())
       : max_waiting_per_key_(max_waiting_per_key) {}
@@ -89,8 +98,13 @@ class KeyQueue {
   // Advance there on the calling thread when it is idle (a memtable read and
   // a WAL append, microseconds), and other threads' Acquire/Release of keys
   // in the same shard wait for it; keys in other shards do not.
+  //
+  // `relay`, when given, is kept with a waiting caller for KeyLease::HandOn
+  // with a courier: see there. It never runs for a caller that did not wait,
+  // nor when the key is handed on by Release or on the waiter's own thread.
   void Acquire(const std::string& key, boost::asio::any_io_executor executor, Handler handler,
-               bool bounded = true, const std::function<void()>& on_queued = {});
+               bool bounded = true, const std::function<void()>& on_queued = {},
+               Relay relay = {});
 
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }
 
@@ -110,8 +124,10 @@ class KeyQueue {
     // while a write waits for its key.
     boost::asio::any_io_executor executor;
     Handler handler;
+    Relay relay;
   };
-  void Release(const std::string& key, bool dispatch);
+  // dispatch: HandOn; courier: HandOn's.
+  void Release(const std::string& key, bool dispatch, Courier* courier = nullptr);
 
   // Its own cache line each, so that two threads locking neighbouring shards
   // do not share one.

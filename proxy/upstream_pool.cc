@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <cerrno>
+
 #include <boost/asio/connect.hpp>
 
 #include "tls/tls_context.h"
@@ -54,20 +56,67 @@ bool UpstreamPool::LooksAlive(Stream& stream) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-void UpstreamPool::Acquire(Handler handler, bool fresh, bool probe) {
+UpstreamPool::Connection UpstreamPool::TakeIdle(bool probe) {
   std::optional<Clock::time_point> now;
-  while (!fresh && !idle_.empty()) {
+  while (!idle_.empty()) {
     Connection c = std::move(idle_.back().connection);
     Clock::time_point since = idle_.back().since;
     idle_.pop_back();
     if (!now) now = Clock::now();
-    if ((!probe && *now - since < kProbeAfter) || LooksAlive(*c)) {
-      return handler({}, std::move(c), true);  // at once: no trip through the event loop
-    }
+    if ((!probe && *now - since < kProbeAfter) || LooksAlive(*c)) return c;
     beast::error_code ignored;
     c->socket().close(ignored);
   }
+  return nullptr;
+}
+
+void UpstreamPool::Acquire(Handler handler, bool fresh, bool probe) {
+  if (!fresh) {
+    if (Connection c = TakeIdle(probe)) {
+      return handler({}, std::move(c), true);  // at once: no trip through the event loop
+    }
+  }
   Connect(std::move(handler));
+}
+
+std::optional<HandedConnection> UpstreamPool::Send(std::string_view request) {
+  if (tls_ != nullptr) return std::nullopt;  // TLS state lives in this thread's stream object
+  Connection c = TakeIdle(/*probe=*/true);
+  if (!c) return std::nullopt;
+  // Off this io_context first (release: no longer watched, not closed), so
+  // that once bytes went nothing can fail but the send itself.
+  beast::error_code ec;
+  const bool ipv6 = c->socket().local_endpoint(ec).address().is_v6();
+  if (ec) return std::nullopt;  // `c` closes it: nothing was sent
+  HandedConnection handed(c->socket().release(ec), ipv6);
+  if (ec) return std::nullopt;
+  c.reset();
+  while (handed.sent < request.size()) {
+    ssize_t n = ::send(handed.fd(), request.data() + handed.sent, request.size() - handed.sent,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      handed.sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // the adopter writes the rest
+    // The backend has at most part of the request, and `handed` closes the
+    // connection under it: it can never complete. The write goes its usual
+    // way, on another connection.
+    return std::nullopt;
+  }
+  handed.sent_at = Clock::now();
+  return handed;
+}
+
+UpstreamPool::Connection UpstreamPool::Adopt(HandedConnection handed, beast::error_code& ec) {
+  auto c = std::make_unique<Stream>(Tcp(ioc_), nullptr);
+  c->socket().assign(handed.ipv6() ? tcp::v6() : tcp::v4(), handed.fd(), ec);
+  if (ec) return nullptr;  // `handed` still owns the socket and closes it
+  handed.Take();
+  c->socket().non_blocking(true, ec);  // as Connect sets it, for the write-now path
+  if (ec) return nullptr;
+  return c;
 }
 
 void UpstreamPool::Connect(Handler handler) {

@@ -18,11 +18,14 @@
 #include <vector>
 
 #include "config/config.h"
+#include "proxy/handoff.h"
 #include "proxy/maybe_tls_stream.h"
 
 namespace fencegate::proxy {
 
-class UpstreamPool {
+// The pool is also its thread's Courier (handoff.h): a session that hands
+// a key on lends it to the key's next write of another thread.
+class UpstreamPool final : public Courier {
  public:
   // The worker's concrete executor: no type-erased executor on the hot path.
   using Executor = boost::asio::io_context::executor_type;
@@ -46,6 +49,14 @@ class UpstreamPool {
   // the pooled one fails.
   void Acquire(Handler handler, bool fresh = false, bool probe = true);
 
+  // Courier: a probed idle connection (as Acquire with probe), taken off
+  // this io_context, with `request` sent on it now as far as the socket
+  // takes it. Plain TCP only: nothing for a TLS upstream.
+  std::optional<HandedConnection> Send(std::string_view request) override;
+  // The other end of Send: the connection watched by this pool's io_context
+  // from now on, in non-blocking mode like any of the pool's.
+  Connection Adopt(HandedConnection handed, boost::beast::error_code& ec);
+
   // Returns a connection that finished a complete exchange and may be
   // reused. Connections beyond max_idle_connections are closed.
   void Release(Connection connection);
@@ -65,6 +76,9 @@ class UpstreamPool {
     Connection connection;
     Clock::time_point since;  // when it was released
   };
+  // The newest idle connection that passes the probe (or, without `probe`,
+  // was released less than kProbeAfter ago); dead ones are closed on the way.
+  Connection TakeIdle(bool probe);
   void Connect(Handler handler);
   void Handshake(const std::shared_ptr<Connection>& stream, Handler handler);
   static bool LooksAlive(Stream& stream);

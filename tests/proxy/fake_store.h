@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -63,6 +64,24 @@ class FakeStore : public storage::TokenStore {
   // Joins every answering thread, so no answer outlives the store (and the
   // test that owns it).
   ~FakeStore() override {
+    ReleaseAnswers();
+    WaitForAnswers();
+  }
+
+  // Until ReleaseAnswers, decisions are made but not answered (as an engine
+  // whose fsync is under way).
+  void HoldAnswers() {
+    std::lock_guard lock(threads_mu_);
+    held_ = true;
+  }
+  void ReleaseAnswers() {
+    std::lock_guard lock(threads_mu_);
+    held_ = false;
+    for (auto& f : parked_) threads_.emplace_back(std::move(f));
+    parked_.clear();
+  }
+  // Returns once every answer given so far has run.
+  void WaitForAnswers() {
     std::vector<std::thread> threads;
     {
       std::lock_guard lock(threads_mu_);
@@ -76,8 +95,14 @@ class FakeStore : public storage::TokenStore {
   template <typename F>
   void Answer(F f) {
     std::lock_guard lock(threads_mu_);
+    if (held_) {
+      parked_.emplace_back(std::move(f));
+      return;
+    }
     threads_.emplace_back(std::move(f));
   }
+  bool held_ = false;                         // guarded by threads_mu_
+  std::vector<std::function<void()>> parked_;  // guarded by threads_mu_
   std::mutex threads_mu_;
   std::vector<std::thread> threads_;  // guarded by threads_mu_
   std::mutex mu_;

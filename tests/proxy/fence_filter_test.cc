@@ -1,9 +1,16 @@
 #include "proxy/fence_filter.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <future>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "tests/proxy/fake_store.h"
 
@@ -199,6 +206,93 @@ TEST_F(FenceFilterTest, AWaitingWriteIsCheckedAtOnceAndForwardedInItsTurn) {
   }
   EXPECT_EQ(queue.active_keys(), 0u);
   EXPECT_EQ(got.size(), 3u);
+}
+
+// Hands out one end of a socket pair as "the connection" each time, and
+// records what it was asked to send.
+class PairCourier : public Courier {
+ public:
+  std::optional<HandedConnection> Send(std::string_view request) override {
+    requests.emplace_back(request);
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return std::nullopt;
+    ::close(fds[1]);
+    HandedConnection handed(fds[0], false);
+    handed.sent = request.size();
+    return handed;
+  }
+  std::vector<std::string> requests;
+};
+
+// A write whose turn is handed on from another thread is sent there by the
+// courier only once the store accepted it; the verdict then carries the
+// connection. Refused, unanswered, or without a whole request: not sent.
+TEST_F(FenceFilterTest, TheHandingThreadSendsAWaitingWriteOnlyOnceTheStoreAcceptedIt) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  boost::asio::io_context mine;  // the holder's thread
+  boost::asio::io_context theirs;  // the waiters' thread
+  testing::FakeStore store;      // after the io_contexts: see above
+  KeyQueue queue;
+  FenceFilter filter(store, queue);
+  auto guard_mine = boost::asio::make_work_guard(mine);
+  auto guard_theirs = boost::asio::make_work_guard(theirs);
+  PairCourier courier;
+  std::vector<FenceVerdict> holder;
+  std::map<std::string, FenceVerdict> got;  // by token
+  auto check = [&](const char* token, std::string_view whole) {
+    filter.Check(
+        Classify("PUT", "/objects/x", token), theirs.get_executor(),
+        [&got, token](FenceVerdict v) { got.emplace(token, std::move(v)); }, whole);
+  };
+  // Hands the key on from `mine`, with the courier.
+  auto hand_on = [&](KeyLease& lease) {
+    boost::asio::post(mine, [&] { lease.HandOn(&courier); });
+    mine.restart();
+    mine.poll();
+  };
+  auto run_theirs_until = [&](size_t n) {
+    for (int i = 0; i < 1000 && got.size() < n; ++i) {
+      theirs.run_one_for(std::chrono::milliseconds(10));
+    }
+    return got.size() == n;
+  };
+
+  filter.Check(Classify("PUT", "/objects/x", "5"), mine.get_executor(),
+               [&](FenceVerdict v) { holder.push_back(std::move(v)); });
+  for (int i = 0; i < 1000 && holder.empty(); ++i) mine.run_one_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(holder.size(), 1u);
+  ASSERT_TRUE(holder[0].forward);
+
+  check("6", "PUT six");  // accepted
+  check("4", "PUT four");  // stale: refused at once
+  check("7", "");          // accepted, nothing whole to send
+  store.HoldAnswers();
+  check("8", "PUT eight");  // accepted, but not answered yet when its turn comes
+  store.WaitForAnswers();
+  ASSERT_TRUE(run_theirs_until(1));
+  EXPECT_EQ(got.at("4").outcome, "stale");
+
+  hand_on(holder[0].lease);  // to 6: sent here
+  EXPECT_EQ(courier.requests, (std::vector<std::string>{"PUT six"}));
+  ASSERT_TRUE(run_theirs_until(2));
+  ASSERT_TRUE(got.at("6").forward);
+  ASSERT_TRUE(got.at("6").handed);
+  EXPECT_GE(got.at("6").handed->fd(), 0);
+  EXPECT_EQ(got.at("6").handed->sent, 7u);
+
+  hand_on(got.at("6").lease);  // to 4 (refused: passes the key on) and then 7
+  ASSERT_TRUE(run_theirs_until(3));
+  ASSERT_TRUE(got.at("7").forward);
+  EXPECT_FALSE(got.at("7").handed);
+
+  hand_on(got.at("7").lease);  // to 8, still unanswered: not sent
+  EXPECT_EQ(courier.requests, (std::vector<std::string>{"PUT six"}));
+  store.ReleaseAnswers();
+  ASSERT_TRUE(run_theirs_until(4));
+  ASSERT_TRUE(got.at("8").forward);
+  EXPECT_FALSE(got.at("8").handed);
+  got.at("8").lease.Release();
+  EXPECT_EQ(courier.requests.size(), 1u);
 }
 
 TEST_F(FenceFilterTest, ShadowModeNeverRefusesAFullKeyQueue) {

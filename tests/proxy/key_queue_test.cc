@@ -6,9 +6,11 @@
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <future>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -277,6 +279,91 @@ TEST(KeyQueue, HandOnPostsToAWaiterOfAnotherThread) {
   theirs.poll();
   EXPECT_EQ(events, (std::vector<std::string>{"handed on", "second"}));
   EXPECT_TRUE(second.held());
+}
+
+// A courier that sends nothing: it records that it was asked.
+class RecordingCourier : public Courier {
+ public:
+  std::optional<HandedConnection> Send(std::string_view request) override {
+    requests.emplace_back(request);
+    return std::nullopt;
+  }
+  std::vector<std::string> requests;
+};
+
+TEST(KeyQueue, HandOnWithACourierRunsTheRelayOfAWaiterOfAnotherThreadHereFirst) {
+  io_context mine;
+  io_context theirs;
+  KeyQueue q;
+  RecordingCourier courier;
+  std::vector<std::string> events;
+  KeyLease first;
+  KeyLease second;
+  q.Acquire("k", mine.get_executor(), [&](KeyLease l) { first = std::move(l); });
+  q.Acquire(
+      "k", theirs.get_executor(),
+      [&](KeyLease l) {
+        events.emplace_back("second");
+        second = std::move(l);
+      },
+      true, {},
+      [&](Courier& c) {
+        // On the thread that hands the key on, before the turn is posted.
+        events.emplace_back(mine.get_executor().running_in_this_thread() ? "relay on mine"
+                                                                         : "relay elsewhere");
+        (void)c.Send("request");
+      });
+  mine.poll();
+  mine.restart();
+  ASSERT_TRUE(first.held());
+  EXPECT_TRUE(events.empty());  // waiting does not relay
+  boost::asio::post(mine, [&] {
+    first.HandOn(&courier);
+    events.emplace_back("handed on");
+  });
+  mine.poll();
+  EXPECT_EQ(events, (std::vector<std::string>{"relay on mine", "handed on"}));
+  EXPECT_EQ(courier.requests, (std::vector<std::string>{"request"}));
+  theirs.poll();
+  EXPECT_EQ(events, (std::vector<std::string>{"relay on mine", "handed on", "second"}));
+  EXPECT_TRUE(second.held());
+}
+
+// The relay is for a hand-over from another thread with a courier only:
+// not for a waiter of the same thread (its turn runs at once), not without
+// a courier, not for Release.
+TEST(KeyQueue, TheRelayRunsOnlyForHandOnWithACourierFromAnotherThread) {
+  io_context mine;
+  io_context theirs;
+  KeyQueue q;
+  RecordingCourier courier;
+  int relays = 0;
+  std::vector<KeyLease> held;
+  auto take = [&](KeyLease l) { held.push_back(std::move(l)); };
+  auto relay = [&](Courier&) { ++relays; };
+  q.Acquire("k", mine.get_executor(), take, true, {}, relay);  // free: no relay ever
+  q.Acquire("k", mine.get_executor(), take, true, {}, relay);     // same thread as the holder
+  q.Acquire("k", theirs.get_executor(), take, true, {}, relay);   // handed on without courier
+  q.Acquire("k", theirs.get_executor(), take, true, {}, relay);   // released
+  mine.poll();
+  mine.restart();
+  ASSERT_EQ(held.size(), 1u);
+  boost::asio::post(mine, [&] { held[0].HandOn(&courier); });  // runs the second here
+  mine.poll();
+  mine.restart();
+  ASSERT_EQ(held.size(), 2u);
+  boost::asio::post(mine, [&] { held[1].HandOn(); });
+  mine.poll();
+  theirs.poll();
+  theirs.restart();
+  ASSERT_EQ(held.size(), 3u);
+  boost::asio::post(mine, [&] { held[2].Release(); });
+  mine.restart();
+  mine.poll();
+  theirs.poll();
+  ASSERT_EQ(held.size(), 4u);
+  EXPECT_EQ(relays, 0);
+  EXPECT_TRUE(courier.requests.empty());
 }
 
 TEST(KeyQueue, MovedLeaseReleasesOnce) {
