@@ -127,7 +127,9 @@ struct PendingFence {
   bool delivered = false;    // guarded by mu; Deliver ran or is posted
   storage::Status status;    // guarded by mu until delivered
   storage::Fence fence;      // guarded by mu until delivered
-  std::optional<HandedConnection> handed;  // guarded by mu until delivered (Check's relay)
+  // Check's relay: written, without mu, on the thread that hands the key on,
+  // before the turn is posted; read by Deliver, which runs after that turn.
+  std::optional<HandedConnection> handed;
 
   // A refusal (stale token, store error) is answered without waiting for the
   // key's turn: nothing will be forwarded. Shadow mode forwards those too.
@@ -227,7 +229,9 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // shadow, answered) is sent: one still unanswered (sync durability, its
   // fsync under way) or refused goes the usual way. Nothing else delivers
   // an accepted write before its turn, so `whole_request` is untouched
-  // while it is sent.
+  // while it is sent, and `handed` needs no lock: the turn that reads it is
+  // posted after the relay returns. Nothing after the send can throw (see
+  // KeyQueue::Relay): a request that went must reach its session.
   KeyQueue::Relay relay;
   if (!whole_request.empty()) {
     relay = [p, whole_request](Courier& courier) {
@@ -235,9 +239,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
         std::lock_guard lock(p->mu);
         if (!p->answered || p->delivered || p->RefusedLocked()) return;
       }
-      std::optional<HandedConnection> handed = courier.Send(whole_request);
-      std::lock_guard lock(p->mu);
-      p->handed = std::move(handed);
+      p->handed = courier.Send(whole_request);
     };
   }
   queue_.Acquire(

@@ -143,8 +143,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<http::response_parser<http::buffer_body>> res_parser_;
   http::response<http::buffer_body> down_res_;  // only for a streamed or chunked response
   std::optional<http::response_serializer<http::buffer_body>> down_sr_;
-  std::string
-      head_;  // a head written without a serializer (AppendUpstreamHead/AppendDownstreamHead)
+  // A head written without a serializer (AppendUpstreamHead or
+  // AppendDownstreamHead), or a fenced write's whole request (whole_request_).
+  std::string head_;
   bool request_written_ = false;  // the whole request went upstream
   bool whole_request_ = false;    // head_ holds the whole upstream request (PrepareWholeRequest)
   bool request_keep_alive_ = false;

@@ -105,7 +105,8 @@ void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) 
     // The relay first: what it sends goes before the waiter's turn is
     // posted, so the waiter's thread finds it done.
     if (courier != nullptr && next.relay && RunsElsewhere(next.executor)) {
-      // A relay that fails costs the shortcut, never the waiter's turn.
+      // A relay that throws (before it acted: Relay) costs the shortcut,
+      // never the waiter's turn.
       try {
         next.relay(*courier);
       } catch (...) {  // NOLINT(bugprone-empty-catch): the turn below is what matters

@@ -69,7 +69,8 @@ class KeyQueue {
   using Handler = std::function<void(KeyLease)>;
   // A waiter's use of a Courier (handoff.h): runs on the thread that hands
   // the key on, when that is not the waiter's thread, just before the
-  // waiter's turn is posted to it. No lock is held.
+  // waiter's turn is posted to it. No lock is held. It may throw only
+  // before it has acted: the exception is dropped and the turn still goes.
   using Relay = std::function<void(Courier&)>;
 
   explicit KeyQueue(size_t max_waiting_per_key = std::numeric_limits<size_t>::max())

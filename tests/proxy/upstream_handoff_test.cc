@@ -24,6 +24,9 @@ using boost::system::error_code;
 class UpstreamHandoffTest : public ::testing::Test {
  protected:
   UpstreamHandoffTest() {
+    // Accepted sockets inherit it: a backend that reads nothing holds little,
+    // so a large request cannot go whole whatever the machine's TCP buffers.
+    acceptor_.set_option(asio::socket_base::receive_buffer_size(64 * 1024));
     config_.url = "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
     config_.host = "127.0.0.1";
     config_.port = acceptor_.local_endpoint().port();
