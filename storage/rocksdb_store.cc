@@ -37,7 +37,8 @@ RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
     : options_(options),
       db_(std::move(db)),
       decide_on_caller_(options.decide_on_caller &&
-                        options.durability == Durability::kAsync) {
+                        options.durability == Durability::kAsync),
+      free_space_(std::make_unique<rocksdb_support::FreeSpaceGuard>(options.path)) {
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
   writer_id_ = writer_.get_id();
@@ -384,9 +385,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   }
 
   Status failed;
-  if (changes.Count() > 0) {
-    failed = rocksdb_support::CheckFreeSpace(options_);
-  }
+  if (changes.Count() > 0) failed = free_space_->Check(changes.GetDataSize());
   if (!failed.ok()) {
     write_errors_.fetch_add(1, std::memory_order_relaxed);
     failed_ = true;
@@ -409,6 +408,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
       }
     } else {
       write_errors_.fetch_add(1, std::memory_order_relaxed);
+      free_space_->Forget();  // the disk may be why: ask it before the next write
       failed = FromRocks(s, "token store write failed");
       failed_ = true;
       SetHealth(failed);

@@ -203,21 +203,58 @@ Status OpenDb(const RocksDbStoreOptions& options,
   return Status::Ok();
 }
 
-Status CheckFreeSpace(const RocksDbStoreOptions& options) {
+namespace {
+
+Status NoSpaceLeft(uint64_t available, const std::string& path) {
+  return Status::IoError(
+      "no space left for the token store: " + std::to_string(available) +
+      " bytes free on the file system of " + path + ", at least " +
+      std::to_string(kMinFreeBytes) +
+      " needed; free space there (fencegate recovers by itself)");
+}
+
+}  // namespace
+
+Status FreeSpaceGuard::StatFreeBytes(const std::string& path, uint64_t* available) {
   struct statvfs fs {};
-  if (statvfs(options.path.c_str(), &fs) != 0) {
+  if (statvfs(path.c_str(), &fs) != 0) {
     const int err = errno;  // message() is thread-safe, std::strerror() is not
-    return Status::IoError("cannot stat the file system of " + options.path + ": " +
+    return Status::IoError("cannot stat the file system of " + path + ": " +
                            std::generic_category().message(err));
   }
-  uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-  if (avail < kMinFreeBytes) {
-    return Status::IoError(
-        "no space left for the token store: " + std::to_string(avail) +
-        " bytes free on the file system of " + options.path + ", at least " +
-        std::to_string(kMinFreeBytes) +
-        " needed; free space there (fencegate recovers by itself)");
+  *available = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  return Status::Ok();
+}
+
+Status CheckFreeSpace(const RocksDbStoreOptions& options) {
+  uint64_t available = 0;
+  if (Status s = FreeSpaceGuard::StatFreeBytes(options.path, &available); !s.ok()) {
+    return s;
   }
+  if (available < kMinFreeBytes) return NoSpaceLeft(available, options.path);
+  return Status::Ok();
+}
+
+FreeSpaceGuard::FreeSpaceGuard(std::string path, FreeBytesFn free_bytes)
+    : path_(std::move(path)), free_bytes_(std::move(free_bytes)) {
+  if (!free_bytes_) {
+    free_bytes_ = [this](uint64_t* available) { return StatFreeBytes(path_, available); };
+  }
+}
+
+Status FreeSpaceGuard::Check(uint64_t bytes, Clock::time_point now) {
+  if (bytes < room_ && now - asked_at_ < kRecheck) {
+    room_ -= bytes;
+    return Status::Ok();
+  }
+  room_ = 0;
+  ++asks_;
+  uint64_t available = 0;
+  if (Status s = free_bytes_(&available); !s.ok()) return s;
+  asked_at_ = now;
+  if (available < kMinFreeBytes) return NoSpaceLeft(available, path_);
+  const uint64_t above_floor = available - kMinFreeBytes;
+  if (above_floor > kHeadroom + bytes) room_ = above_floor - kHeadroom - bytes;
   return Status::Ok();
 }
 

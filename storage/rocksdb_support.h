@@ -3,7 +3,9 @@
 // fencegate's. Opening a database with fencegate's options, converting
 // rocksdb::Status to storage::Status, and the on-disk token format.
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -54,6 +56,50 @@ inline constexpr uint64_t kMinFreeBytes = 4 << 20;
 // Ok when the file system of options.path has at least kMinFreeBytes
 // available; IoError saying how much is free and what to do otherwise.
 Status CheckFreeSpace(const RocksDbStoreOptions& options);
+
+// The free-space check of every write, without a statvfs per write. After
+// asking the file system it lets writes through without asking again while
+// both hold: the answer is younger than kRecheck, and what was free then,
+// less the bytes written since, still leaves kHeadroom above kMinFreeBytes.
+// Near the floor (less than kHeadroom above it) it asks before every write,
+// exactly as CheckFreeSpace does. kHeadroom covers what RocksDB itself may
+// write meanwhile (memtable flushes of 8 MiB, their compactions) and other
+// writers on the file system: to get under the floor between two asks they
+// would have to write 256 MiB within 20 ms (12.8 GB/s). Should one manage
+// that, RocksDB's failed WAL append aborts the process: fencegate stops
+// (fail-stop, nothing stale gets through), it does not answer 503.
+// Not thread-safe: the store's lane holder is its only user.
+class FreeSpaceGuard {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kRecheck{20};
+  static constexpr uint64_t kHeadroom = uint64_t{256} << 20;
+
+  // Asks the file system of `path` for its available bytes (statvfs).
+  static Status StatFreeBytes(const std::string& path, uint64_t* available);
+
+  using FreeBytesFn = std::function<Status(uint64_t* available)>;
+  // path: the data dir, asked with StatFreeBytes unless free_bytes is given
+  // (tests pass a fake); errors name it.
+  explicit FreeSpaceGuard(std::string path, FreeBytesFn free_bytes = {});
+  FreeSpaceGuard(const FreeSpaceGuard&) = delete;
+  FreeSpaceGuard& operator=(const FreeSpaceGuard&) = delete;
+
+  // Ok when a write of `bytes` may go ahead; IoError as CheckFreeSpace's.
+  Status Check(uint64_t bytes) { return Check(bytes, Clock::now()); }
+  Status Check(uint64_t bytes, Clock::time_point now);
+  // The next Check asks the file system (after a failed write).
+  void Forget() { room_ = 0; }
+  // Times the file system was asked (for tests and the benchmark notes).
+  uint64_t asks() const { return asks_; }
+
+ private:
+  const std::string path_;
+  FreeBytesFn free_bytes_;
+  Clock::time_point asked_at_{};
+  uint64_t room_ = 0;  // bytes that may still be written without asking
+  uint64_t asks_ = 0;
+};
 
 // Creates, writes, fsyncs and deletes a small file in options.path through
 // options.env: ok when the data dir can be written again. Lets recovery

@@ -329,7 +329,7 @@ def count_fsyncs_finish(p):
 
 SYSCALLS = ("recvfrom", "recvmsg", "read", "sendto", "sendmsg", "writev", "write",
             "epoll_wait", "epoll_ctl", "futex", "accept4", "connect", "close",
-            "fdatasync", "timerfd_settime")
+            "fdatasync", "timerfd_settime", "statfs")
 
 
 def nginx_pids(master_pid):

@@ -12,6 +12,7 @@ The mount is always unmounted, after fencegate has stopped.
 import errno
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -20,23 +21,54 @@ from fg_helpers import IO_TIMEOUT, admin_key_path, assert_json_error, request
 FS_SIZE = "32m"     # room for RocksDB's preallocations (WAL: 1.1 x the 8 MiB memtable; MANIFEST: 4 MiB) and the 4 MiB floor
 KEY_PAD = "k" * 900  # long keys make each WAL record span pages sooner
 MAX_WRITES_UNTIL_FULL = 3000
+# Far above the store's floor: 4 MiB plus FreeSpaceGuard::kHeadroom (256 MiB)
+# plus RocksDB's preallocations, so that the store stops asking the file
+# system before every write.
+ROOMY_FS_SIZE = "400m"
+RECHECK_S = 0.020  # FreeSpaceGuard::kRecheck: how old a free-space answer may be
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small-fs"
+def _mount_tmpfs(mnt, size):
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a size-limited tmpfs needs root; run the suite as root (CI does)")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE},mode=0700",
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700",
                         "fencegate-test", str(mnt)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"mount -t tmpfs not permitted here: {r.stderr.strip()}")
+
+
+def _umount(mnt):
+    u = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
+    assert u.returncode == 0, f"umount {mnt} failed: {u.stderr}"
+
+
+@pytest.fixture
+def mount_tmpfs(tmp_path):
+    """mount_tmpfs(name, size) -> a size-limited tmpfs under tmp_path,
+    unmounted after the test (after fencegate has stopped)."""
+    mounted = []
+
+    def mount(name, size):
+        mnt = tmp_path / name
+        _mount_tmpfs(mnt, size)
+        mounted.append(mnt)
+        return mnt
     try:
-        yield mnt
+        yield mount
     finally:
-        u = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
-        assert u.returncode == 0, f"umount {mnt} failed: {u.stderr}"
+        for mnt in reversed(mounted):
+            _umount(mnt)
+
+
+@pytest.fixture
+def small_fs(mount_tmpfs):
+    return mount_tmpfs("small-fs", FS_SIZE)
+
+
+@pytest.fixture
+def roomy_fs(mount_tmpfs):
+    return mount_tmpfs("roomy-fs", ROOMY_FS_SIZE)
 
 
 def fill(path):
@@ -137,4 +169,38 @@ def test_full_disk_fails_closed_and_recovers(small_fs, make_gate, backend):
     stale = gate.put("/objects/after-recovery", t - 1, body=b"stale")
     assert_json_error(stale, 409, "stale_token")
     print(f"disk full: {len(acked)} acknowledged writes kept, first refusal at token {refused}")
+    assert gate.stop() == 0
+
+
+def test_a_disk_filled_far_from_the_floor_is_seen_within_the_recheck_interval(
+        roomy_fs, make_gate, backend):
+    """Far from a full disk the store does not ask the file system before
+    every write (FreeSpaceGuard): it trusts an answer for RECHECK_S. A disk
+    that another process fills must still refuse the first write after that,
+    with a 503, and not reach RocksDB's WAL append (which would abort the
+    process) nor the backend."""
+    gate = make_gate(name="roomy", data_dir=roomy_fs / "data")
+    for i in range(20):  # the store asked, and may now skip asking
+        r = gate.put(f"/objects/roomy-{i}", i + 1, body=b"before")
+        assert 200 <= r.status < 300, r
+    asked_by = time.monotonic()
+
+    fill(roomy_fs / "filler")
+    # The fill of ~380 MiB outlasts RECHECK_S by far; should a machine fill
+    # that fast, wait the rest of the interval the store's answer is valid.
+    left = asked_by + RECHECK_S - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+    r = gate.put("/objects/roomy-after-fill", 100, body=b"must-not-arrive")
+    assert_json_error(r, 503, "store_unavailable")
+    assert "no space left for the token store" in r.json()["message"], r.json()
+    assert not [x for x in backend.log() if x["body"] == "must-not-arrive"], \
+        "a write refused with 503 reached the backend"
+    assert readyz(gate) == 503
+
+    os.unlink(roomy_fs / "filler")
+    wait_ready(gate)
+    r = gate.put("/objects/roomy-after-fill", 100, body=b"after")
+    assert 200 <= r.status < 300, r
     assert gate.stop() == 0
