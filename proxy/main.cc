@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "locks/lock_server.h"
+#include "proxy/heap_policy.h"
 #include "proxy/router.h"
 #include "proxy/server.h"
 #include "storage/export_import.h"
@@ -283,6 +284,7 @@ int Main(int argc, char** argv) {
 // exit 1, after the destructors on the way have closed the store, instead of
 // std::terminate's abort.
 int main(int argc, char** argv) {
+  fencegate::proxy::KeepFreedHeapMemory();  // before any thread or large buffer
   try {
     return Main(argc, argv);
   } catch (const std::exception& e) {
