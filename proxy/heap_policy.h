@@ -19,7 +19,8 @@ inline constexpr std::size_t kHeapTrimThreshold = std::size_t{16} << 20;
 // Sets M_TRIM_THRESHOLD to kHeapTrimThreshold, unless GLIBC_TUNABLES sets
 // glibc.malloc.trim_threshold (the operator's choice stands). Setting it
 // also freezes glibc's mmap threshold at its start value (128 KiB), which
-// no request buffer reaches. Call once, first thing in main(). Returns
+// no request buffer reaches. Call once, first thing in main(), before any
+// thread starts (getenv and mallopt are not thread-safe). Returns
 // whether it set the threshold.
 bool KeepFreedHeapMemory();
 

@@ -345,17 +345,19 @@ def nginx_pids(master_pid):
     return pids
 
 
-def cpu_ticks(pids):
-    """utime + stime of these processes (all their threads), in clock ticks."""
-    total = 0
+def cpu_ticks_and_faults(pids):
+    """(utime + stime in clock ticks, minor page faults) of these processes,
+    all their threads."""
+    ticks = faults = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # stat fields 14 and 15
+            ticks += int(fields[11]) + int(fields[12])  # stat fields 14 and 15
+            faults += int(fields[7])  # stat field 10, minflt
         except (OSError, ValueError, IndexError):
             continue
-    return total
+    return ticks, faults
 
 
 def syscalls_start(pids, secs):
@@ -416,12 +418,15 @@ def summarize(rounds):
     def mean_lat(k):
         return round(statistics.mean(r["latency_us"][k] for r in ok) / 1000.0, 3)
     errors = {k: sum(r["errors"][k] for r in ok) for k in ok[0]["errors"]}
-    cpu = [r["cpu_us_per_request"] for r in ok if "cpu_us_per_request" in r]
+    def mean_of(k, digits):
+        values = [r[k] for r in ok if k in r]
+        return round(statistics.mean(values), digits) if values else None
     return {"rps": round(statistics.mean(r["rps"] for r in ok), 1),
             "p50_ms": mean_lat("p50"), "p99_ms": mean_lat("p99"),
             "p99.9_ms": mean_lat("p99.9"), "errors": errors,
             "requests": sum(r["requests"] for r in ok),
-            "cpu_us_per_request": round(statistics.mean(cpu), 2) if cpu else None}
+            "cpu_us_per_request": mean_of("cpu_us_per_request", 2),
+            "minor_faults_per_request": mean_of("minor_faults_per_request", 3)}
 
 
 def ratio(a, b):
@@ -821,15 +826,18 @@ def main():
                                     if t == "nginx" else nginx_pids(backend.pid))
                             if args.syscalls and rnd == 0 and t != "direct":
                                 sys_counter = syscalls_start(pids, args.duration)
-                            ticks = cpu_ticks(pids)
+                            ticks, faults = cpu_ticks_and_faults(pids)
                             r = run_wrk(args, urls[t], "put_pass" if t == "fg_pass" else sc, c,
                                         args.duration)
-                            ticks = cpu_ticks(pids) - ticks
+                            ticks_after, faults_after = cpu_ticks_and_faults(pids)
                             if r.get("requests"):
                                 # CPU time per request: unlike r/s, it hardly
                                 # depends on what else the shared cores run.
                                 r["cpu_us_per_request"] = round(
-                                    ticks / CLK_TCK * 1e6 / r["requests"], 2)
+                                    (ticks_after - ticks) / CLK_TCK * 1e6 / r["requests"], 2)
+                                # Memory given back and faulted in again shows here.
+                                r["minor_faults_per_request"] = round(
+                                    (faults_after - faults) / r["requests"], 3)
                             if sys_counter is not None:
                                 r["syscalls_per_request"] = syscalls_finish(
                                     sys_counter, r.get("requests"))
