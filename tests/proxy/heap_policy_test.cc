@@ -16,8 +16,19 @@
 namespace fencegate::proxy {
 namespace {
 
+// A sanitizer's allocator is not glibc's: it ignores mallopt and keeps
+// freed memory in quarantine. GCC says so with __SANITIZE_*__, clang with
+// __has_feature.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizedHeap = true;  // their allocator is not glibc's
+#define FENCEGATE_SANITIZED_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define FENCEGATE_SANITIZED_HEAP 1
+#endif
+#endif
+#ifdef FENCEGATE_SANITIZED_HEAP
+constexpr bool kSanitizedHeap = true;
 #else
 constexpr bool kSanitizedHeap = false;
 #endif
