@@ -51,7 +51,8 @@
 // disk fails closed before RocksDB's WAL append hits ENOSPC (which Debian's
 // librocksdb 7.8 answers with an assertion abort). Far from that floor the
 // check does not ask the file system before every write (statvfs costs
-// about 2 us, a tenth of a fenced write's CPU): see FreeSpaceGuard.
+// about 2 us, a sixth to a tenth of what fencing adds to a write): see
+// FreeSpaceGuard.
 //
 // Failure. If DB::Write fails, every handler of the batch gets the error (no
 // request of the batch is accepted) and Health() reports it until a write
