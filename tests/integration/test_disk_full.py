@@ -3,7 +3,9 @@ tmpfs that the test mounts and then fills until RocksDB's writes fail.
 Fenced writes must fail closed (503 store_unavailable, nothing forwarded),
 /readyz must say so, pass-through traffic must keep flowing, and freeing
 the space must restore service without a restart, with nothing that was
-acknowledged lost.
+acknowledged lost. A second test fills a larger tmpfs from far above the
+store's free-space floor, where the store does not ask the file system
+before every write (FreeSpaceGuard), and checks the next write is refused.
 
 Needs root (or CAP_SYS_ADMIN) to mount; skipped with the reason otherwise.
 The mount is always unmounted, after fencegate has stopped.
