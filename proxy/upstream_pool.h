@@ -6,10 +6,17 @@
 // than handed out, so a fenced write is not sent on a connection that is
 // dead; a retryable request skips that check on a recently used connection
 // (see kProbeAfter in the source).
+//
+// max_idle_connections is what stays idle once a burst has passed: a
+// connection released while that many are already idle is kept too, and
+// the excess, least recently used first, is closed after it has sat idle
+// for kBurstGrace (see the source). A hard cap closes connections at every
+// swing of a load above it and opens them again moments later.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <chrono>
 #include <functional>
@@ -58,7 +65,8 @@ class UpstreamPool final : public Courier {
   Connection Adopt(HandedConnection handed, boost::beast::error_code& ec);
 
   // Returns a connection that finished a complete exchange and may be
-  // reused. Connections beyond max_idle_connections are closed.
+  // reused. Idle connections beyond max_idle_connections are closed once
+  // they have been idle for kBurstGrace (at once when the limit is 0).
   void Release(Connection connection);
 
   // A reused connection just failed: the backend may have restarted and
@@ -67,11 +75,15 @@ class UpstreamPool final : public Courier {
   void PruneDead();
 
   size_t idle() const { return idle_.size(); }
-  // Closes every idle connection (shutdown).
+  // Closes every idle connection, and from now on every released one
+  // (shutdown).
   void Clear();
 
- private:
   using Clock = std::chrono::steady_clock;
+  // How long an idle connection beyond max_idle_connections is kept.
+  static constexpr std::chrono::milliseconds kBurstGrace{1000};
+
+ private:
   struct Idle {
     Connection connection;
     Clock::time_point since;  // when it was released
@@ -82,6 +94,12 @@ class UpstreamPool final : public Courier {
   void Connect(Handler handler);
   void Handshake(const std::shared_ptr<Connection>& stream, Handler handler);
   static bool LooksAlive(Stream& stream);
+  // Closes the idle connections beyond the limit that have been idle for
+  // kBurstGrace, and waits for the next one to reach it while any remain.
+  void TrimExcess();
+  // Runs TrimExcess when the oldest idle connection reaches kBurstGrace.
+  void ScheduleTrim();
+
 
   boost::asio::io_context& ioc_;
   const config::UpstreamConfig& config_;
@@ -89,7 +107,10 @@ class UpstreamPool final : public Courier {
   std::string server_name_;         // SNI and the name verified (TLS only)
   boost::asio::ip::tcp::resolver resolver_;
   std::optional<boost::asio::ip::tcp::endpoint> literal_;  // host was an IP literal: no DNS
-  std::vector<Idle> idle_;  // owned by the io_context's thread
+  std::vector<Idle> idle_;  // oldest first; owned by the io_context's thread
+  boost::asio::steady_timer trim_timer_;
+  bool trim_pending_ = false;
+  bool cleared_ = false;
 };
 
 }  // namespace fencegate::proxy

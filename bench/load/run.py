@@ -8,7 +8,9 @@ Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
   - direct:    nginx as the backend: GET -> 200 with a small fixed body,
                PUT -> WebDAV (201/204), body read whole, stored on tmpfs;
   - nginx:     nginx proxy_pass in front of that backend (upstream keepalive,
-               same worker count as fencegate's threads, streaming bodies);
+               256 idle per worker by default, so that it does not reconnect
+               at 256 client connections; same worker count as fencegate's
+               threads, streaming bodies);
   - fencegate: fencegate in front of the same backend, one fenced route
                /objects/, a RocksDB store in the temp dir (not tmpfs: fsync
                is real), restarted per scenario with its durability.
@@ -178,7 +180,7 @@ BACKEND_SERVER = """  server {{
 
 PROXY_SERVER = """  upstream backend {{
     server 127.0.0.1:{backend_port};
-    keepalive 64;
+    keepalive {keepalive};
     keepalive_requests 1000000;
   }}
   server {{
@@ -697,6 +699,10 @@ def main():
     ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 4),
                     help="fencegate threads = nginx proxy workers (default: cores, max 4)")
     ap.add_argument("--backend-workers", type=int, default=1)
+    ap.add_argument("--nginx-keepalive", type=int, default=256,
+                    help="nginx proxy's upstream `keepalive` (idle connections per worker); "
+                         "nginx closes beyond it at once, so below the concurrency per "
+                         "worker it reconnects on a share of requests (64: before session 19)")
     ap.add_argument("--wrk-threads", type=int, default=2)
     ap.add_argument("--duration", type=int, default=3, help="seconds per wrk run")
     ap.add_argument("--rounds", type=int, default=2, help="A B C repetitions per point")
@@ -764,7 +770,8 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": args.quick, "fencegate": args.fencegate, "baseline": args.baseline,
         "threads": args.threads,
-        "nginx_proxy_workers": args.threads, "backend_workers": args.backend_workers,
+        "nginx_proxy_workers": args.threads, "nginx_keepalive": args.nginx_keepalive,
+        "backend_workers": args.backend_workers,
         "wrk_threads": args.wrk_threads, "duration_s": args.duration, "rounds": args.rounds,
         "access_log": args.access_log, "cpus": os.cpu_count(), "kernel": platform.release(),
         "loadavg_start": os.getloadavg(),
@@ -782,7 +789,8 @@ def main():
         wait_until("backend nginx", backend, 10,
                    lambda: http_ok(f"http://127.0.0.1:{backend_port}/objects/static"))
         nginx_proxy = start_nginx(procs, work, "proxy", args.threads,
-                                  PROXY_SERVER.format(port=proxy_port, backend_port=backend_port))
+                                  PROXY_SERVER.format(port=proxy_port, backend_port=backend_port,
+                                                      keepalive=args.nginx_keepalive))
         wait_until("nginx proxy", nginx_proxy, 10,
                    lambda: http_ok(f"http://127.0.0.1:{proxy_port}/objects/static"))
         log(f"work dir {work}; backend :{backend_port}, nginx proxy :{proxy_port} "

@@ -34,6 +34,9 @@ Behaviour:
 - PUT stores the body under the raw path: 201 when new, 200 when replaced;
   POST/PATCH answer 200, DELETE 200 (204-free so a body is always present);
   GET/HEAD answer the stored body (200) or 404;
+- connections that carried at least one recorded request are counted:
+  ``connections`` in ``/__log`` has ``opened`` (at the first such request)
+  and ``closed`` (once the client closed it, or it was dropped);
 - control endpoints, never recorded and meant to be called directly:
   ``GET /__log`` -> ``{"requests": [...finished], "active": [...in progress]}``
   (an active entry appears once the request's headers and body were read),
@@ -61,6 +64,8 @@ class State:
         self.next_active = 0  # guarded by lock
         self.dropped = 0      # connections closed by X-Test-Drop-Idle; guarded by lock
         self.early = 0        # answers sent before the body by X-Test-Answer-Early; guarded by lock
+        self.opened = 0       # connections that carried a recorded request; guarded by lock
+        self.closed = 0       # ... of which ended; guarded by lock
 
 
 STATE = State()
@@ -75,6 +80,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # keep stderr quiet
         pass
+
+    def finish(self):  # the connection ends, whichever way
+        try:
+            super().finish()
+        finally:
+            if getattr(self, "served", 0):
+                with STATE.lock:
+                    STATE.closed += 1
 
     # --- request parsing -------------------------------------------------
 
@@ -144,7 +157,9 @@ class Handler(BaseHTTPRequestHandler):
                 body = json.dumps({"requests": STATE.log,
                                    "active": list(STATE.active.values()),
                                    "dropped": STATE.dropped,
-                                   "early": STATE.early}).encode()
+                                   "early": STATE.early,
+                                   "connections": {"opened": STATE.opened,
+                                                   "closed": STATE.closed}}).encode()
             self._send(200, body)
             return True
         if method == "POST" and target == "/__reset":
@@ -170,6 +185,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         served = getattr(self, "served", 0)
         self.served = served + 1
+        if not served:
+            with STATE.lock:
+                STATE.opened += 1
         if served and self.headers.get("X-Test-Drop-If-Reused"):
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from fg_helpers import RawConnection, assert_json_error, build_request, raw_exchange
+from fg_helpers import RawConnection, assert_json_error, build_request, raw_exchange, request
 
 
 def closed_within(sock, seconds):
@@ -167,6 +167,43 @@ def test_backend_closing_a_pooled_connection_never_fails_a_fenced_write(gate, ba
         r = c.read_response("PUT")
         assert r.status in (200, 201), r
     assert [e["body"] for e in backend.log()] == ["one", "two"]
+
+
+def test_a_burst_beyond_max_idle_connections_keeps_its_connections_then_closes_the_excess(
+        make_gate, backend):
+    # One thread: one pool. Six exchanges at once need six upstream
+    # connections, five more than max_idle_connections keeps for good.
+    gate = make_gate(threads=1, upstream={"url": f"http://127.0.0.1:{backend.port}",
+                                          "connect_timeout": "1s", "timeout": "10s",
+                                          "max_idle_connections": 1})
+
+    def burst():
+        statuses = [None] * 6
+
+        def one(i):
+            statuses[i] = request(gate.proxy, "GET", f"/plain/burst{i}",
+                                 headers=[("X-Test-Hold-Ms", "300")]).status
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [404] * 6  # the backend's answer: nothing stored there
+
+    burst()
+    assert backend.snapshot()["connections"]["opened"] == 6
+    # The next swing of the load, well within the second the excess is
+    # kept: it finds the six connections idle, and none is opened (a hard
+    # cap of one would have closed five and connected five again).
+    burst()
+    assert backend.snapshot()["connections"] == {"opened": 6, "closed": 0}
+    # Once the excess has sat idle for a second it is closed, down to the one
+    # the limit keeps, and that one still serves.
+    backend.wait_until(lambda snap: snap["connections"]["closed"] == 5,
+                       what="the five connections beyond the limit to be closed")
+    assert request(gate.proxy, "GET", "/plain/after").status == 404
+    assert backend.snapshot()["connections"] == {"opened": 6, "closed": 5}
 
 
 def test_retried_get_with_an_empty_chunked_body_still_ends_its_body(make_gate, backend):
