@@ -249,6 +249,13 @@ void HttpSession::OnReadHeader(ec_t ec) {
     case WriteIntent::Kind::kReject:
       return SendReply(std::move(*intent_.reply), intent_.outcome);
     case WriteIntent::Kind::kPassThrough:
+      if (!req_parser_->is_done()) {
+        // A small body that came with its head goes out with it in one
+        // write, as a fenced write's does; a larger one streams.
+        ec_t body_ec;
+        PrepareWholeRequest(body_ec);
+        if (body_ec) return;  // answered
+      }
       return StartForward();
     case WriteIntent::Kind::kFence: {
       ec_t body_ec;
