@@ -100,7 +100,6 @@ class UpstreamPool final : public Courier {
   // Runs TrimExcess when the oldest idle connection reaches kBurstGrace.
   void ScheduleTrim();
 
-
   boost::asio::io_context& ioc_;
   const config::UpstreamConfig& config_;
   boost::asio::ssl::context* tls_;  // nullptr: plain HTTP

@@ -182,7 +182,7 @@ def test_a_burst_beyond_max_idle_connections_keeps_its_connections_then_closes_t
 
         def one(i):
             statuses[i] = request(gate.proxy, "GET", f"/plain/burst{i}",
-                                 headers=[("X-Test-Hold-Ms", "300")]).status
+                                 headers=[("X-Test-Hold-Ms", "500")]).status
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
         for t in threads:
@@ -192,18 +192,23 @@ def test_a_burst_beyond_max_idle_connections_keeps_its_connections_then_closes_t
         assert statuses == [404] * 6  # the backend's answer: nothing stored there
 
     burst()
-    assert backend.snapshot()["connections"]["opened"] == 6
+    first = backend.snapshot()["connections"]
+    assert first["opened"] >= 2, "the burst's requests did not overlap at the backend"
+    assert first["closed"] == 0, "a hard cap: the connections beyond the limit were closed at once"
     # The next swing of the load, well within the second the excess is
-    # kept: it finds the six connections idle, and none is opened (a hard
-    # cap of one would have closed five and connected five again).
+    # kept: it finds the burst's connections idle and reuses them (a hard
+    # cap of one would have closed all but one and connected again).
     burst()
-    assert backend.snapshot()["connections"] == {"opened": 6, "closed": 0}
+    conns = backend.snapshot()["connections"]
+    assert conns["closed"] == 0
+    opened = conns["opened"]
+    assert opened <= 6
     # Once the excess has sat idle for a second it is closed, down to the one
     # the limit keeps, and that one still serves.
-    backend.wait_until(lambda snap: snap["connections"]["closed"] == 5,
-                       what="the five connections beyond the limit to be closed")
+    backend.wait_until(lambda snap: snap["connections"]["closed"] == opened - 1,
+                       what="the connections beyond the limit to be closed")
     assert request(gate.proxy, "GET", "/plain/after").status == 404
-    assert backend.snapshot()["connections"] == {"opened": 6, "closed": 5}
+    assert backend.snapshot()["connections"] == {"opened": opened, "closed": opened - 1}
 
 
 def test_retried_get_with_an_empty_chunked_body_still_ends_its_body(make_gate, backend):
