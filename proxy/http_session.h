@@ -36,6 +36,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   ~HttpSession();
 
   void Run();
+  // Run, for a client connection that moved here from another I/O thread
+  // (MoveTo) between two requests: `pending` is what it had already sent
+  // of the next one(s).
+  void Resume(std::string_view pending, uint64_t requests_served);
   // Server is draining: close now if idle between requests, else after the
   // current response. Called on the worker's thread.
   void Drain();
@@ -109,6 +113,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // connection when a reused one fails before the response started.
   bool Retryable() const;
   void FinishRequest(bool keep_alive);
+  // Sessions follow their contended keys (see the source): the Worker whose
+  // thread a key's writes gather on (nullptr with one thread), what a
+  // forwarded write's turn says about it, and the move itself.
+  Worker* HomeOf(const std::string& key) const;
+  void NoteTurn(const KeyLease& lease);
+  void MoveTo(Worker& home);
   void EndRequest();  // access log and in-flight count, once per request
   void Close();
   void AccessLog();
@@ -171,6 +181,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool idle_ = false;           // waiting for the first byte of a request head
   bool expect_continue_ = false;
   ClientSlot client_slot_;  // limits.max_connections_per_client
+  // NoteTurn: the other thread this session's recent writes waited on keys
+  // of, and how many times in a row; at kMoveAfter it moves there.
+  Worker* wanted_home_ = nullptr;
+  int home_votes_ = 0;
+  static constexpr int kMoveAfter = 2;
   // Timeouts (deadline.h): armed while an operation on that stream is
   // pending, by Timed() or WriteWhole(). An upstream stream the sweep closed
   // fails its operation with operation_aborted: upstream_timed_out_ makes

@@ -10,7 +10,9 @@
 namespace fencegate::proxy {
 
 KeyLease::KeyLease(KeyLease&& other) noexcept
-    : queue_(std::exchange(other.queue_, nullptr)), key_(std::move(other.key_)) {}
+    : queue_(std::exchange(other.queue_, nullptr)),
+      key_(std::move(other.key_)),
+      waited_(other.waited_) {}
 
 // NOLINTNEXTLINE(bugprone-exception-escape): terminates if the key cannot be handed on
 KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
@@ -18,6 +20,7 @@ KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
     Release();
     queue_ = std::exchange(other.queue_, nullptr);
     key_ = std::move(other.key_);
+    waited_ = other.waited_;
   }
   return *this;
 }
@@ -81,7 +84,7 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
     RunOnQueued(on_queued, [&shard, it = it] { shard.keys.erase(it); });
   }
   boost::asio::dispatch(executor, [this, key, h = std::move(handler)]() mutable {
-    h(KeyLease(this, key));
+    h(KeyLease(this, key, /*waited=*/false));
   });
 }
 
@@ -100,7 +103,9 @@ void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) 
     it->second.pop_front();
     waiting_.fetch_sub(1, std::memory_order_relaxed);
   }
-  auto turn = [this, key, h = std::move(next.handler)]() mutable { h(KeyLease(this, key)); };
+  auto turn = [this, key, h = std::move(next.handler)]() mutable {
+    h(KeyLease(this, key, /*waited=*/true));
+  };
   if (dispatch) {
     // The relay first: what it sends goes before the waiter's turn is
     // posted, so the waiter's thread finds it done.

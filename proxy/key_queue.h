@@ -56,12 +56,17 @@ class KeyLease {
   // is posted: it may have the courier send its request upstream now.
   void HandOn(Courier* courier = nullptr);
   bool held() const { return queue_ != nullptr; }
+  // The write waited behind another write of its key (the key was busy when
+  // it asked): how a session learns that its key is contended.
+  bool waited() const { return waited_; }
 
  private:
   friend class KeyQueue;
-  KeyLease(KeyQueue* queue, std::string key) : queue_(queue), key_(std::move(key)) {}
+  KeyLease(KeyQueue* queue, std::string key, bool waited)
+      : queue_(queue), key_(std::move(key)), waited_(waited) {}
   KeyQueue* queue_ = nullptr;
   std::string key_;
+  bool waited_ = false;
 };
 
 class KeyQueue {

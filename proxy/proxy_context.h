@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_set>
+#include <vector>
 
 #include "config/config.h"
 #include "proxy/client_limit.h"
@@ -16,6 +17,8 @@
 #include "proxy/upstream_pool.h"
 
 namespace fencegate::proxy {
+
+struct Worker;
 
 struct ProxyContext {
   std::shared_ptr<const config::Config> config;
@@ -28,10 +31,13 @@ struct ProxyContext {
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> requests_in_flight{0};
   std::unique_ptr<ClientLimiter> clients;  // limits.max_connections_per_client
+  // Every I/O thread's Worker, in order; set before the first connection.
+  // A session moves to the Worker of a key its writes keep waiting for
+  // (HttpSession::OnVerdict, HomeOf).
+  std::vector<Worker*> workers;
 };
 
 class HttpSession;
-struct Worker;
 
 // Closes the streams of `worker`'s sessions whose deadline has passed
 // (HttpSession::Sweep); false when the worker has no session left to watch.

@@ -57,6 +57,7 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
   admin_ctx_.set_faults = std::move(set_faults);
   for (auto& ioc : iocs_) {
     workers_.push_back(std::make_unique<Worker>(*ioc, *config_, tls_.upstream.get()));
+    ctx_.workers.push_back(workers_.back().get());
   }
 }
 

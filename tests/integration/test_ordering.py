@@ -1,7 +1,7 @@
 """(d) Writes to one key reach the backend one at a time, in the order
 fencegate accepted them; writes to different keys run in parallel."""
 
-from fg_helpers import RawConnection
+from fg_helpers import RawConnection, build_request
 
 
 def _active_with_token(snap, path, token):
@@ -118,3 +118,57 @@ def test_a_hot_key_handed_to_another_thread_goes_from_the_handing_thread(make_ga
     with open(gate.stderr_path) as f:
         relayed = [line for line in f if "sent upstream by the thread that handed the key on" in line]
     assert relayed, "no write was sent by the thread that handed the key on:\n" + gate.stderr_tail()
+
+
+def test_the_clients_of_a_hot_key_move_to_its_thread_with_their_pipelined_requests(
+        make_gate, backend):
+    # With two threads, a client whose writes keep waiting for a key that
+    # lives on the other thread moves there between two requests (after two
+    # such waits in a row), with whatever it already sent behind its last
+    # write. Once every client of the key is on the key's thread, the key is
+    # handed on within it: no write is sent upstream by another thread.
+    gate = make_gate(threads=2, log={"level": "debug", "access_log": True})
+    host = f"{gate.proxy[0]}:{gate.proxy[1]}"
+    conns = [RawConnection(gate.proxy) for _ in range(4)]  # on alternate threads
+
+    def round_of_writes(rnd):
+        # One write held at the backend; the other clients' writes wait
+        # behind it, each with a GET of its own pipelined in the same packet.
+        leader = conns[rnd % len(conns)]
+        leader.send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "200")],
+                    b"r%d-lead" % rnd, close=False)
+        backend.wait_until(lambda s: any(a["path"] == "/objects/hot" for a in s["active"]),
+                           what=f"round {rnd}'s first write to reach the backend")
+        others = [c for c in conns if c is not leader]
+        for i, c in enumerate(others):
+            c.send_raw(build_request("PUT", "/objects/hot", [("Fencing-Token", "7")],
+                                     b"r%d-%d" % (rnd, i), host=host, close=False)
+                       + build_request("GET", f"/plain/r{rnd}-{i}", host=host, close=False))
+        assert leader.read_response("PUT").status in (200, 201)
+        for c in others:
+            assert c.read_response("PUT").status == 200
+            assert c.read_response("GET").status == 404  # answered by the backend
+
+    def log_lines():
+        with open(gate.stderr_path) as f:
+            return f.readlines()
+
+    try:
+        for rnd in range(4):  # each client waits in 3 of them
+            round_of_writes(rnd)
+        before = len(log_lines())
+        round_of_writes(4)
+    finally:
+        for c in conns:
+            c.close()
+    lines = log_lines()
+    moves = [line for line in lines if "moves to the I/O thread of key /objects/hot" in line]
+    assert 1 <= len(moves) <= len(conns), (
+        "the hot key's clients did not move to its thread (or moved back and forth):\n"
+        + "".join(moves) + gate.stderr_tail())
+    late = [line for line in lines[before:]
+            if "sent upstream by the thread that handed the key on" in line]
+    assert not late, "once moved, writes were still handed across threads:\n" + "".join(late)
+    # Every pipelined GET reached the backend, from whichever thread.
+    gets = sorted(e["path"] for e in backend.log() if e["method"] == "GET")
+    assert gets == sorted(f"/plain/r{r}-{i}" for r in range(5) for i in range(3)), gets

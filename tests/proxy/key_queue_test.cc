@@ -366,6 +366,27 @@ TEST(KeyQueue, TheRelayRunsOnlyForHandOnWithACourierFromAnotherThread) {
   EXPECT_TRUE(courier.requests.empty());
 }
 
+// A lease says whether its write waited behind another one of its key:
+// sessions move towards the keys they keep waiting for (HttpSession).
+TEST(KeyQueue, ALeaseSaysWhetherItsWriteWaited) {
+  io_context ioc;
+  KeyQueue q;
+  KeyLease first;
+  KeyLease second;
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { first = std::move(l); });
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { second = std::move(l); });
+  ioc.poll();
+  ioc.restart();
+  ASSERT_TRUE(first.held());
+  EXPECT_FALSE(first.waited());  // the key was free
+  first.Release();
+  ioc.poll();
+  ASSERT_TRUE(second.held());
+  EXPECT_TRUE(second.waited());
+  KeyLease moved = std::move(second);
+  EXPECT_TRUE(moved.waited());  // a move keeps it
+}
+
 TEST(KeyQueue, MovedLeaseReleasesOnce) {
   io_context ioc;
   KeyQueue q;
