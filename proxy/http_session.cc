@@ -822,7 +822,10 @@ void HttpSession::FinishRequest(bool keep_alive) {
   if (buffer_.capacity() > kWaitReadSize) buffer_.shrink_to_fit();
   if (head_.capacity() > kWaitReadSize) std::string().swap(head_);
   if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) return CloseAfterResponse();
-  if (home_votes_ >= kMoveAfter) return MoveTo(*wanted_home_);
+  // Only with the request read whole: no read of it can still be pending.
+  if (home_votes_ >= kMoveAfter && req_parser_ && req_parser_->is_done()) {
+    return MoveTo(*wanted_home_);
+  }
   DoReadHeader();
 }
 
@@ -831,8 +834,8 @@ void HttpSession::FinishRequest(bool keep_alive) {
 // (KeyLease::HandOn); one on another thread costs a wake-up of that thread
 // and the upstream connection's move to it (handoff.h), and every hot-key
 // write then keeps both threads busy sleeping and waking. Measured on 2
-// cores (README, "The hot key's clients on one thread"): one I/O thread ran
-// the hot key 1.09-1.34x faster than two. So a session whose writes keep
+// cores (README, "Performance", step 14): one I/O thread ran the hot key
+// 1.09-1.34x faster than two. So a session whose writes keep
 // waiting for a key that lives on another thread moves there, between two
 // requests: all the clients of a hot key end up on its thread, and the
 // hand-overs between their writes stay there.
