@@ -879,6 +879,10 @@ void HttpSession::MoveTo(Worker& home) {
   asio::post(home.ioc, [ctx = &ctx_, home = &home, client = HandedConnection(fd, ipv6),
                         slot = std::move(client_slot_), pending = std::move(pending),
                         served = requests_served_]() mutable {
+    // A drain that began meanwhile may have closed that thread's sessions
+    // already (and at its end stops their sweep): close this one, as
+    // FinishRequest closes a kept-alive connection once draining.
+    if (ctx->draining.load(std::memory_order_relaxed)) return;  // `client` closes it
     Listener::Socket socket(home->ioc);
     ec_t ec;
     socket.assign(client.ipv6() ? tcp::v6() : tcp::v4(), client.fd(), ec);
