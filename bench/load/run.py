@@ -439,11 +439,17 @@ def paired(rounds, num, den, key="rps"):
     """Per-round ratios num/den of `key` (the runs of one round are seconds
     apart, so drift on the shared cores hits both sides of each ratio alike)
     and their median: steadier than the ratio of the means when one run of
-    several is disturbed."""
+    several is disturbed. `key` "p99" (any latency_us percentile) pairs that
+    latency: one stalled run of a few seconds would otherwise set the
+    ratio of the means alone."""
+    def value(r):
+        if key in r.get("latency_us", {}):
+            return r["latency_us"][key]
+        return r.get(key)
     per = []
     for a, b in zip(rounds[num], rounds[den]):
         if "failed" not in a and "failed" not in b:
-            per.append(ratio(a.get(key), b.get(key)))
+            per.append(ratio(value(a), value(b)))
     per = [r for r in per if r is not None]
     return {"per_round": per, "median": round(statistics.median(per), 3) if per else None}
 
@@ -636,6 +642,8 @@ def print_table(results, scenarios, concs):
             paired_text = ""
             if pair.get("fg_over_nginx_rps", {}).get("median") is not None:
                 paired_text = f" | paired median fg/nginx {pair['fg_over_nginx_rps']['median']}"
+            if pair.get("fg_over_nginx_p99", {}).get("median") is not None:
+                paired_text += f", p99 {pair['fg_over_nginx_p99']['median']}"
             if "fg_pass" in row:
                 p = row["fg_pass"]
                 paired_text += (f" | fg_pass {p['rps']:.0f} r/s, CPU us/req "
@@ -657,10 +665,11 @@ def print_markdown(path):
                    if c.isdigit())
     extra = " baseline/nginx r/s | fg/baseline r/s | fg/baseline CPU/req |" if has_base else ""
     print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/nginx r/s, median of rounds | "
-          "fg/direct r/s | fg/nginx p99 | fencegate p50 / p99 / p99.9 ms | "
+          "fg/direct r/s | fg/nginx p99 | fg/nginx p99, median of rounds | "
+          "fencegate p50 / p99 / p99.9 ms | "
           "CPU us/req nginx / fg | fenced/unfenced PUT r/s, median of rounds "
           f"(CPU us/req unfenced) |{extra}")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---|---|" +
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|" +
           ("---:|---:|---:|" if has_base else ""))
     for sc, by_c in res.items():
         for c, row in by_c.items():
@@ -674,12 +683,15 @@ def print_markdown(path):
                         f" {ratio(f.get('cpu_us_per_request'), b.get('cpu_us_per_request'))} |")
             pair = row.get("paired", {})
             med = pair.get("fg_over_nginx_rps", {}).get("median", "-")
+            if "fg_over_nginx_p99" not in pair and "rounds" in row:  # a run before session 21
+                pair["fg_over_nginx_p99"] = paired(row["rounds"], "fencegate", "nginx", "p99")
+            med_p99 = pair.get("fg_over_nginx_p99", {}).get("median", "-")
             fenced = "-"
             if "fg_over_fg_pass_rps" in pair:
                 fenced = (f"{pair['fg_over_fg_pass_rps']['median']} "
                           f"({row['fg_pass'].get('cpu_us_per_request')})")
             print(f"| {sc} | {c} | {f['rps']:.0f} | {ratio(f['rps'], n['rps'])} | {med} | "
-                  f"{ratio(f['rps'], d['rps'])} | {ratio(f['p99_ms'], n['p99_ms'])} | "
+                  f"{ratio(f['rps'], d['rps'])} | {ratio(f['p99_ms'], n['p99_ms'])} | {med_p99} | "
                   f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} | "
                   f"{n.get('cpu_us_per_request')} / {f.get('cpu_us_per_request')} | {fenced} |"
                   f"{cols}")
@@ -871,6 +883,8 @@ def main():
                     row = {t: summarize(rounds[t]) for t in sc_targets}
                     row["rounds"] = rounds
                     row["paired"] = {"fg_over_nginx_rps": paired(rounds, "fencegate", "nginx"),
+                                     "fg_over_nginx_p99": paired(rounds, "fencegate", "nginx",
+                                                                 "p99"),
                                      "fg_over_nginx_cpu_per_request": paired(
                                          rounds, "fencegate", "nginx", "cpu_us_per_request")}
                     if "fg_pass" in rounds:
@@ -958,6 +972,9 @@ def main():
         if c.isdigit() and "paired" in row:
             targets.setdefault("get_over_nginx_paired_median", {})[c] = (
                 row["paired"]["fg_over_nginx_rps"]["median"])
+            if "fg_over_nginx_p99" in row["paired"]:  # not in runs before session 21
+                targets.setdefault("get_p99_over_nginx_paired_median", {})[c] = (
+                    row["paired"]["fg_over_nginx_p99"]["median"])
     if "put_hot" in res and "put_async" in res and "1" in res["put_async"]:
         seq = res["put_async"]["1"]["direct"]["rps"]  # one client, straight to the backend
         targets["hot_over_direct_sequential"] = {
