@@ -362,6 +362,29 @@ def cpu_ticks_and_faults(pids):
     return ticks, faults
 
 
+def schedstat(pids):
+    """(times scheduled in, ns runnable but waiting for a CPU) of these
+    processes, summed over their threads (/proc/PID/task/TID/schedstat).
+    None where the kernel has no schedstat."""
+    slices = wait_ns = 0
+    found = False
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    _, wait, n = f.read().split()[:3]
+            except (OSError, ValueError):
+                continue
+            slices += int(n)
+            wait_ns += int(wait)
+            found = True
+    return (slices, wait_ns) if found else None
+
+
 def syscalls_start(pids, secs):
     events = ",".join(f"syscalls:sys_enter_{n}" for n in SYSCALLS)
     return subprocess.Popen(["perf", "stat", "-x,", "-e", events, "-p",
@@ -428,7 +451,9 @@ def summarize(rounds):
             "p99.9_ms": mean_lat("p99.9"), "errors": errors,
             "requests": sum(r["requests"] for r in ok),
             "cpu_us_per_request": mean_of("cpu_us_per_request", 2),
-            "minor_faults_per_request": mean_of("minor_faults_per_request", 3)}
+            "minor_faults_per_request": mean_of("minor_faults_per_request", 3),
+            "sched_in_per_request": mean_of("sched_in_per_request", 2),
+            "runq_wait_us_per_request": mean_of("runq_wait_us_per_request", 2)}
 
 
 def ratio(a, b):
@@ -667,9 +692,10 @@ def print_markdown(path):
     print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/nginx r/s, median of rounds | "
           "fg/direct r/s | fg/nginx p99 | fg/nginx p99, median of rounds | "
           "fencegate p50 / p99 / p99.9 ms | "
-          "CPU us/req nginx / fg | fenced/unfenced PUT r/s, median of rounds "
+          "CPU us/req nginx / fg | scheduled in per request nginx / fg | "
+          "fenced/unfenced PUT r/s, median of rounds "
           f"(CPU us/req unfenced) |{extra}")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|" +
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|" +
           ("---:|---:|---:|" if has_base else ""))
     for sc, by_c in res.items():
         for c, row in by_c.items():
@@ -693,7 +719,9 @@ def print_markdown(path):
             print(f"| {sc} | {c} | {f['rps']:.0f} | {ratio(f['rps'], n['rps'])} | {med} | "
                   f"{ratio(f['rps'], d['rps'])} | {ratio(f['p99_ms'], n['p99_ms'])} | {med_p99} | "
                   f"{f['p50_ms']} / {f['p99_ms']} / {f['p99.9_ms']} | "
-                  f"{n.get('cpu_us_per_request')} / {f.get('cpu_us_per_request')} | {fenced} |"
+                  f"{n.get('cpu_us_per_request')} / {f.get('cpu_us_per_request')} | "
+                  f"{n.get('sched_in_per_request', '-')} / {f.get('sched_in_per_request', '-')} | "
+                  f"{fenced} |"
                   f"{cols}")
 
 
@@ -847,6 +875,7 @@ def main():
                             if args.syscalls and rnd == 0 and t != "direct":
                                 sys_counter = syscalls_start(pids, args.duration)
                             ticks, faults = cpu_ticks_and_faults(pids)
+                            sched = schedstat(pids)
                             r = run_wrk(args, urls[t], "put_pass" if t == "fg_pass" else sc, c,
                                         args.duration)
                             ticks_after, faults_after = cpu_ticks_and_faults(pids)
@@ -858,6 +887,15 @@ def main():
                                 # Memory given back and faulted in again shows here.
                                 r["minor_faults_per_request"] = round(
                                     (faults_after - faults) / r["requests"], 3)
+                                # How often the server's threads went to sleep
+                                # and were woken (on a VM each costs several
+                                # us), and how long they waited for a core.
+                                sched_after = schedstat(pids)
+                                if sched and sched_after:
+                                    r["sched_in_per_request"] = round(
+                                        (sched_after[0] - sched[0]) / r["requests"], 2)
+                                    r["runq_wait_us_per_request"] = round(
+                                        (sched_after[1] - sched[1]) / 1e3 / r["requests"], 2)
                             if sys_counter is not None:
                                 r["syscalls_per_request"] = syscalls_finish(
                                     sys_counter, r.get("requests"))
@@ -879,7 +917,9 @@ def main():
                                 if e["connect"] + e["read"] + e["write"] + e["timeout"]:
                                     problems.append(f"{sc} c={c} {t}: socket errors {e}")
                             log(f"{sc:<9} c={c:<4} round {rnd + 1} {t:<9} "
-                                f"{r.get('rps', 0):10.0f} r/s")
+                                f"{r.get('rps', 0):10.0f} r/s, CPU "
+                                f"{r.get('cpu_us_per_request', '-')} us/req, scheduled in "
+                                f"{r.get('sched_in_per_request', '-')}/req")
                     row = {t: summarize(rounds[t]) for t in sc_targets}
                     row["rounds"] = rounds
                     row["paired"] = {"fg_over_nginx_rps": paired(rounds, "fencegate", "nginx"),
