@@ -21,7 +21,8 @@ idle and with many open connections (/proc/PID/status VmRSS).
 
 --quick runs a few seconds in total and only proves the harness works: it
 exits 1 if a run produced no requests, socket errors or non-2xx answers, or
-if fencegate did not store the tokens. It never judges the numbers.
+no scheduler figures, or if fencegate did not store the tokens. It
+never judges the numbers.
 Every process it starts is stopped by its PID when it ends.
 """
 
@@ -48,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TARGETS = ("direct", "nginx", "fencegate")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+HAS_SCHEDSTAT = os.path.exists("/proc/self/schedstat")  # CONFIG_SCHED_INFO
 GET_BODY = "fencegate-bench " * 8  # 128 bytes
 
 # name -> (wrk script, script args builder, fencegate durability)
@@ -916,6 +918,10 @@ def main():
                                     problems.append(f"{sc} c={c} {t}: {e['status']} non-2xx/3xx")
                                 if e["connect"] + e["read"] + e["write"] + e["timeout"]:
                                     problems.append(f"{sc} c={c} {t}: socket errors {e}")
+                                if (r["requests"] and HAS_SCHEDSTAT
+                                        and "sched_in_per_request" not in r):
+                                    problems.append(f"{sc} c={c} {t}: no scheduler figures "
+                                                    "from /proc/PID/task/*/schedstat")
                             log(f"{sc:<9} c={c:<4} round {rnd + 1} {t:<9} "
                                 f"{r.get('rps', 0):10.0f} r/s, CPU "
                                 f"{r.get('cpu_us_per_request', '-')} us/req, scheduled in "
