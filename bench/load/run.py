@@ -889,9 +889,10 @@ def main():
                                 # Memory given back and faulted in again shows here.
                                 r["minor_faults_per_request"] = round(
                                     (faults_after - faults) / r["requests"], 3)
-                                # How often the server's threads went to sleep
-                                # and were woken (on a VM each costs several
-                                # us), and how long they waited for a core.
+                                # How often the server's threads were switched
+                                # in (mostly after a sleep: on a VM each wake-up
+                                # costs several us; preemptions count too), and
+                                # how long they waited for a core.
                                 sched_after = schedstat(pids)
                                 if sched and sched_after:
                                     r["sched_in_per_request"] = round(
