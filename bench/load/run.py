@@ -29,6 +29,7 @@ Every process it starts is stopped by its PID when it ends.
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -478,7 +479,109 @@ def paired(rounds, num, den, key="rps"):
         if "failed" not in a and "failed" not in b:
             per.append(ratio(value(a), value(b)))
     per = [r for r in per if r is not None]
-    return {"per_round": per, "median": round(statistics.median(per), 3) if per else None}
+    return {"per_round": per, "median": round(statistics.median(per), 3) if per else None,
+            "interval": median_interval(per)}
+
+
+# The confidence the verdicts ask of an interval (below).
+COVERAGE = 0.90
+
+
+def median_interval(values, coverage=COVERAGE):
+    """A distribution-free confidence interval for the median of the
+    distribution the values were drawn from (one value per round): the
+    narrowest pair of order statistics x(k) <= x(n+1-k) whose probability of
+    holding the median, 1 - 2 P(Binomial(n, 1/2) <= k-1), is at least
+    `coverage`. It assumes only that rounds are independent draws, which the
+    interleaving aims at; no normal distribution. Fewer than 5 rounds cannot
+    reach 90%: the interval is then [min, max] with the coverage it has.
+    None for no values."""
+    xs = sorted(v for v in values if v is not None)
+    n = len(xs)
+    if n == 0:
+        return None
+
+    def cover(k):  # [x(k), x(n+1-k)], 1-based
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and cover(k + 1) >= coverage:
+        k += 1
+    return {"low": xs[k - 1], "high": xs[n - k], "coverage": round(cover(k), 3), "rounds": n}
+
+
+def verdict(interval, target, at_least, coverage=COVERAGE):
+    """`met` when the whole interval is on the target's side, `missed` when
+    it is wholly on the other side, `undecided` when it holds the target (the
+    run cannot tell), `too few rounds` when it does not reach `coverage`."""
+    if interval is None or interval["coverage"] < coverage:
+        return "too few rounds"
+    low, high = interval["low"], interval["high"]
+    if at_least:
+        return "met" if low >= target else "missed" if high < target else "undecided"
+    return "met" if high <= target else "missed" if low > target else "undecided"
+
+
+def target_verdicts(res):
+    """Issue 7's ratio targets, point by point, from a run's results: the
+    median of the per-round ratios, its interval (median_interval) and a
+    verdict. The hot key's reference, one client writing straight to the
+    backend (put_async's direct run at 1 connection), runs in another
+    scenario: round i of the hot key is divided by round i of the reference,
+    minutes apart, so its interval carries the reference's spread too."""
+    rows = []
+
+    def add(name, conns, per, target, at_least):
+        interval = median_interval(per)
+        rows.append({"target": name, "conns": conns,
+                     "median": round(statistics.median(per), 3) if per else None,
+                     "interval": interval, "goal": (">= " if at_least else "<= ") + str(target),
+                     "verdict": verdict(interval, target, at_least)})
+
+    def per_round(row, num, den, key="rps"):
+        return paired(row["rounds"], num, den, key)["per_round"]
+
+    for c, row in res.get("get", {}).items():
+        if c.isdigit() and "rounds" in row:
+            add("GET r/s, fencegate / nginx", c, per_round(row, "fencegate", "nginx"), 1.0, True)
+            add("GET p99, fencegate / nginx", c, per_round(row, "fencegate", "nginx", "p99"),
+                1.2, False)
+    for sc, goal, only in (("put_async", 0.9, None), ("put_sync", 0.5, "64")):
+        for c, row in res.get(sc, {}).items():
+            if c.isdigit() and "rounds" in row and "fg_pass" in row["rounds"] and (
+                    only is None or c == only):
+                add(f"{sc} r/s, fenced / unfenced", c, per_round(row, "fencegate", "fg_pass"),
+                    goal, True)
+    ref = res.get("put_async", {}).get("1", {}).get("rounds", {}).get("direct")
+    for c, row in res.get("put_hot", {}).items():
+        if c.isdigit() and c != "1" and ref and "rounds" in row:
+            per = [ratio(a.get("rps"), b.get("rps")) for a, b in zip(row["rounds"]["fencegate"], ref)
+                   if "failed" not in a and "failed" not in b]
+            add("hot key r/s / one client direct", c, [p for p in per if p is not None], 0.8,
+                True)
+    return rows
+
+
+def print_verdicts(rows, markdown=False):
+    if not rows:
+        return
+    head = ("target", "conns", "goal", "median", f"interval ({COVERAGE:.0%}+)", "rounds",
+            "verdict")
+    lines = []
+    for r in rows:
+        i = r["interval"]
+        span = f"{i['low']} - {i['high']} ({i['coverage']:.0%})" if i else "-"
+        lines.append((r["target"], r["conns"], r["goal"], str(r["median"]), span,
+                      str(i["rounds"] if i else 0), r["verdict"]))
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|---|---:|---|---:|---|---:|---|")
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    for line in (head, *lines):
+        print("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip())
 
 
 def hold_connections(port, n, send_request):
@@ -725,6 +828,67 @@ def print_markdown(path):
                   f"{n.get('sched_in_per_request', '-')} / {f.get('sched_in_per_request', '-')} | "
                   f"{fenced} |"
                   f"{cols}")
+    print()
+    print_verdicts(target_verdicts(res), markdown=True)
+
+
+def self_test():
+    """Known answers for median_interval, verdict and target_verdicts."""
+    failures = []
+
+    def check(what, got, want):
+        if got != want:
+            failures.append(f"{what}: got {got!r}, want {want!r}")
+
+    # n = 5: only [min, max] reaches 90% (1 - 2/32 = 93.75%).
+    check("n=5", median_interval([3, 1, 5, 2, 4]),
+          {"low": 1, "high": 5, "coverage": 0.938, "rounds": 5})
+    # n = 10: [x(2), x(9)] holds 97.9%; [x(3), x(8)] only 89.1%.
+    check("n=10", median_interval(list(range(10, 0, -1))),
+          {"low": 2, "high": 9, "coverage": 0.979, "rounds": 10})
+    # n = 20: [x(6), x(15)] holds 95.9%; [x(7), x(14)] 88.5%.
+    check("n=20", median_interval(range(1, 21)),
+          {"low": 6, "high": 15, "coverage": 0.959, "rounds": 20})
+    check("n=3 coverage", median_interval([1, 2, 3])["coverage"], 0.75)
+    check("n=0", median_interval([]), None)
+    check("n=3 verdict", verdict(median_interval([1.1, 1.2, 1.3]), 1.0, True), "too few rounds")
+    five = median_interval([0.95, 1.02, 1.04, 0.99, 1.01])
+    check("at least, spans", verdict(five, 1.0, True), "undecided")
+    check("at least, above", verdict(five, 0.9, True), "met")
+    check("at least, below", verdict(five, 1.1, True), "missed")
+    check("at most, below", verdict(five, 1.2, False), "met")
+    check("at most, spans", verdict(five, 1.0, False), "undecided")
+    check("at most, above", verdict(five, 0.9, False), "missed")
+
+    def run(fg, other, key="rps"):
+        return [{key: v} if key == "rps" else {"latency_us": {key: v}} for v in fg], \
+               [{key: v} if key == "rps" else {"latency_us": {key: v}} for v in other]
+
+    fg, ng = run([110, 111, 108, 112, 109], [100, 100, 100, 100, 100])
+    hot = [{"rps": v} for v in (900, 700, 850, 880, 860)]
+    ref = [{"rps": 1000} for _ in range(5)]
+    fg_p99 = [dict(r, latency_us={"p99": 100}) for r in fg]
+    ng_p99 = [dict(r, latency_us={"p99": 100}) for r in ng]
+    res = {"get": {"16": {"rounds": {"fencegate": fg_p99, "nginx": ng_p99}}},
+           "put_async": {"1": {"rounds": {"fencegate": [{"rps": 80}] * 5,
+                                          "fg_pass": [{"rps": 100}] * 5, "direct": ref}}},
+           "put_sync": {"1": {"rounds": {"fencegate": [{"rps": 1}] * 5,
+                                         "fg_pass": [{"rps": 100}] * 5}},
+                        "64": {"rounds": {"fencegate": [{"rps": 60}] * 5,
+                                          "fg_pass": [{"rps": 100}] * 5}}},
+           "put_hot": {"16": {"rounds": {"fencegate": hot}}}}
+    got = {(r["target"].split(" ")[0] + (" p99" if "p99" in r["target"] else ""), r["conns"]):
+           r["verdict"] for r in target_verdicts(res)}
+    check("target_verdicts", got, {
+        ("GET", "16"): "met",            # 1.08-1.12 >= 1.0 in every round
+        ("GET p99", "16"): "met",        # 1.0 <= 1.2
+        ("put_async", "1"): "missed",    # 0.8 < 0.9 in every round
+        ("put_sync", "64"): "met",       # 0.6 >= 0.5; 1 connection has no target
+        ("hot", "16"): "undecided"})     # 0.70-0.90 spans 0.8
+    for f in failures:
+        log(f"self-test: {f}")
+    log(f"self-test: {'FAILED' if failures else 'passed'} ({len(failures)} failures)")
+    return 1 if failures else 0
 
 
 def main():
@@ -770,7 +934,12 @@ def main():
                          "separate invocation for profiles)")
     ap.add_argument("--report", metavar="JSON",
                     help="print the ratio table of an earlier run as Markdown and exit")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the interval and verdict arithmetic on made-up rounds and exit "
+                         "(ctest: bench.load_selftest)")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test()
     if args.report:
         print_markdown(args.report)
         return 0
@@ -1027,6 +1196,7 @@ def main():
             c: ratio(res["put_hot"][c]["fencegate"]["rps"], seq)
             for c in res["put_hot"] if c.isdigit()}
     out["ratios"]["targets"] = targets
+    out["ratios"]["verdicts"] = target_verdicts(res)
     out["meta"]["elapsed_s"] = round(time.monotonic() - started, 1)
     out["meta"]["loadavg_end"] = os.getloadavg()
 
@@ -1035,6 +1205,10 @@ def main():
     print_table(res, ran, concs)
     if targets:
         print("\nissue 7 target ratios:", json.dumps(targets))
+    if out["ratios"]["verdicts"]:
+        print(f"\nissue 7 targets, median of the per-round ratios and its {COVERAGE:.0%}+ "
+              "interval (5 rounds or more for a verdict):")
+        print_verdicts(out["ratios"]["verdicts"])
     if "put_sync" in res:
         fs = {c: res["put_sync"][c]["fencegate"].get("fsyncs_per_s")
               for c in res["put_sync"] if c.isdigit()}
