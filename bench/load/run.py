@@ -875,16 +875,13 @@ def self_test():
     check("at most, spans", verdict(five, 1.0, False), "undecided")
     check("at most, above", verdict(five, 0.9, False), "missed")
 
-    def run(fg, other, key="rps"):
-        return [{key: v} if key == "rps" else {"latency_us": {key: v}} for v in fg], \
-               [{key: v} if key == "rps" else {"latency_us": {key: v}} for v in other]
+    def get_rounds(rps):  # equal p99s: only r/s differ
+        return [{"rps": v, "latency_us": {"p99": 100}} for v in rps]
 
-    fg, ng = run([110, 111, 108, 112, 109], [100, 100, 100, 100, 100])
     hot = [{"rps": v} for v in (900, 700, 850, 880, 860)]
     ref = [{"rps": 1000} for _ in range(5)]
-    fg_p99 = [dict(r, latency_us={"p99": 100}) for r in fg]
-    ng_p99 = [dict(r, latency_us={"p99": 100}) for r in ng]
-    res = {"get": {"16": {"rounds": {"fencegate": fg_p99, "nginx": ng_p99}}},
+    res = {"get": {"16": {"rounds": {"fencegate": get_rounds([110, 111, 108, 112, 109]),
+                                     "nginx": get_rounds([100] * 5)}}},
            "put_async": {"1": {"rounds": {"fencegate": [{"rps": 80}] * 5,
                                           "fg_pass": [{"rps": 100}] * 5, "direct": ref}}},
            "put_sync": {"1": {"rounds": {"fencegate": [{"rps": 1}] * 5,
