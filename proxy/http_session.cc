@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proxy/headers.h"
+#include "proxy/read_attempt.h"
 #include "proxy/request_checks.h"
 #include "proxy/write_whole.h"
 
@@ -456,9 +457,16 @@ void HttpSession::OnUpstreamHeaderWritten(ec_t ec) {
 
 void HttpSession::WriteUpstreamHead(size_t from) {
   WriteWhole(*upstream_, {asio::buffer(head_) + from, asio::const_buffer()}, upstream_deadline_,
-             config_.upstream.timeout, [self = shared_from_this()](ec_t ec) {
+             config_.upstream.timeout, [self = shared_from_this()](ec_t ec, bool at_once) {
                if (ec) return self->FailUpstream(ec, "write request head");
                self->request_written_ = true;
+               // Written in this handler: the response cannot have raised
+               // an event the loop has seen, so the read need not try recv
+               // before it waits (read_attempt.h). Not through TLS, whose
+               // reads go through OpenSSL's own buffer.
+               if (at_once && !self->upstream_->tls() && self->up_buffer_.size() == 0) {
+                 SkipNextReadAttempt(self->upstream_->socket());
+               }
                self->DoReadResponseHeader();
              });
 }
@@ -668,7 +676,8 @@ void HttpSession::WriteResponse() {
 void HttpSession::WriteWholeResponse() {
   WriteWhole(stream_,
              {asio::buffer(head_), asio::const_buffer(body_buffer_.get(), whole_body_size_)},
-             client_deadline_, config_.limits.idle_timeout, [self = shared_from_this()](ec_t ec) {
+             client_deadline_, config_.limits.idle_timeout,
+             [self = shared_from_this()](ec_t ec, bool) {
                if (ec) return self->Close();
                self->FinishRequest(self->request_keep_alive_);
              });

@@ -6,9 +6,10 @@
 // goes through async_write, bounded by `deadline` (armed for `timeout`
 // while that write is pending: deadline.h). A TLS stream (whose
 // socket stays blocking: its bytes must pass through OpenSSL) writes it all
-// asynchronously. done(ec) runs exactly once: before WriteWhole returns when
-// the socket took everything (or failed at once), else when the
-// asynchronous write ends. The buffers must outlive that.
+// asynchronously. done(ec, at_once) runs exactly once: before WriteWhole
+// returns when the socket took everything (or failed at once), with
+// at_once true, else when the asynchronous write ends, with at_once false
+// (the event loop has turned in between). The buffers must outlive that.
 //
 // A header of its own so that the partial-write path, which loopback rarely
 // takes, can be tested on a socket with a small send buffer
@@ -40,14 +41,16 @@ void WriteWhole(Stream& stream, WholeMessage pieces, Deadline& deadline,
     if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) {
       n = 0;
     } else if (ec || n == boost::beast::buffer_bytes(rest)) {
-      return done(ec);
+      return done(ec, true);
     }
     rest.consume(n);
   }
   boost::asio::async_write(
       stream, rest,
       Timed(deadline, timeout,
-            [done = std::move(done)](boost::system::error_code ec, size_t) mutable { done(ec); }));
+            [done = std::move(done)](boost::system::error_code ec, size_t) mutable {
+              done(ec, false);
+            }));
 }
 
 }  // namespace fencegate::proxy

@@ -794,6 +794,12 @@ def print_table(results, scenarios, concs):
             if "ref_seq" in row:
                 paired_text += (f" | ref_seq {row['ref_seq']['rps']:.0f} r/s, paired median "
                                 f"fg/ref_seq {pair['fg_over_ref_seq_rps']['median']}")
+            for key, label in (("rps", "r/s"), ("cpu_us_per_request", "CPU/req")):
+                ab = pair.get(f"fg_over_baseline_{key}", {})
+                if ab.get("median") is not None:
+                    iv = ab.get("interval")
+                    paired_text += (f" | paired fg/baseline {label} {ab['median']}" +
+                                    (f" [{iv['low']}, {iv['high']}]" if iv else ""))
             print(f"{sc:<10} {c:>5} | {d:>10.0f} {n:>10.0f} {f:>10.0f} | "
                   f"{rn if rn is not None else '-':>8} {rd if rd is not None else '-':>9} | "
                   f"{lat(row, 'p50_ms'):>20} | {lat(row, 'p99_ms'):>20} | "
@@ -1137,6 +1143,12 @@ def main():
                     if "ref_seq" in rounds:
                         row["paired"]["fg_over_ref_seq_rps"] = paired(rounds, "fencegate",
                                                                       "ref_seq")
+                    if "baseline" in rounds:
+                        # An A/B of two builds is judged like a target: by
+                        # the interval of its per-round ratios.
+                        for key in ("rps", "cpu_us_per_request"):
+                            row["paired"][f"fg_over_baseline_{key}"] = paired(
+                                rounds, "fencegate", "baseline", key)
                     if fsyncs:
                         row["fencegate"]["fsyncs_per_s"] = round(statistics.mean(fsyncs), 1)
                     out["results"][sc][str(c)] = row

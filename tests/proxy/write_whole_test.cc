@@ -65,9 +65,11 @@ TEST(WriteWhole, WhatTheSocketDoesNotTakeAtOnceFollowsAsynchronously) {
   const std::string head = Pattern(3000, 'A');
   const std::string body = Pattern(size_t{2} << 20, 'a');  // far beyond both buffers
   std::optional<boost::system::error_code> result;
+  bool at_once = true;
   WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, deadline, std::chrono::seconds(30),
-             [&](boost::system::error_code ec) {
+             [&](boost::system::error_code ec, bool whole_at_once) {
                result = ec;
+               at_once = whole_at_once;
                p.writer.socket().shutdown(tcp::socket::shutdown_send, ec);
              });
   ASSERT_FALSE(result.has_value()) << "the socket took 2 MiB at once: nothing was tested";
@@ -78,6 +80,7 @@ TEST(WriteWhole, WhatTheSocketDoesNotTakeAtOnceFollowsAsynchronously) {
   p.ioc.run();
   ASSERT_TRUE(result.has_value()) << "done never ran";
   EXPECT_FALSE(*result) << result->message();
+  EXPECT_FALSE(at_once) << "done said the socket took it all at once";
   EXPECT_FALSE(deadline.armed()) << "the deadline outlived the write";
   ASSERT_EQ(got.size(), head.size() + body.size());
   EXPECT_TRUE(got == head + body) << "the bytes differ from head + body";
@@ -89,10 +92,15 @@ TEST(WriteWhole, AMessageTheSocketTakesWholeIsDoneBeforeItReturns) {
   const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
   const std::string body = "hello";
   std::optional<boost::system::error_code> result;
+  bool at_once = false;
   WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, deadline, std::chrono::seconds(30),
-             [&](boost::system::error_code ec) { result = ec; });
+             [&](boost::system::error_code ec, bool whole_at_once) {
+               result = ec;
+               at_once = whole_at_once;
+             });
   ASSERT_TRUE(result.has_value());
   EXPECT_FALSE(*result) << result->message();
+  EXPECT_TRUE(at_once) << "written before WriteWhole returned, yet done says otherwise";
   EXPECT_FALSE(deadline.armed()) << "no operation was pending, yet the deadline was armed";
   std::string got(head.size() + body.size(), '\0');
   asio::read(p.reader, asio::buffer(got));
@@ -107,7 +115,7 @@ TEST(WriteWhole, ABlockingSocketWritesEverythingAsynchronously) {
   const std::string body = Pattern(size_t{256} << 10, 'b');
   std::optional<boost::system::error_code> result;
   WriteWhole(p.writer, {asio::buffer(head), asio::buffer(body)}, deadline, std::chrono::seconds(30),
-             [&](boost::system::error_code ec) {
+             [&](boost::system::error_code ec, bool) {
                result = ec;
                p.writer.socket().shutdown(tcp::socket::shutdown_send, ec);
              });
@@ -129,7 +137,7 @@ TEST(WriteWhole, AWriteToAClosedPeerReportsTheError) {
   const std::string body = Pattern(size_t{1} << 20, 'x');
   std::optional<boost::system::error_code> result;
   WriteWhole(p.writer, {asio::const_buffer(), asio::buffer(body)}, deadline, std::chrono::seconds(30),
-             [&](boost::system::error_code ec) { result = ec; });
+             [&](boost::system::error_code ec, bool) { result = ec; });
   p.ioc.run();
   ASSERT_TRUE(result.has_value());
   EXPECT_TRUE(*result) << "a write to a reset connection reported success";
