@@ -138,7 +138,8 @@ void RocksDbStore::DecideOnCaller(WriteRequest request) {
     }
   }
   lane_busy_ = false;
-  const bool wake = !write_queue_.empty() || closing_ || failed_;
+  if (wal_bytes_ >= options_.wal_bytes_per_flush) flush_due_ = true;
+  const bool wake = !write_queue_.empty() || closing_ || failed_ || flush_due_;
   lock.unlock();
   if (wake) writer_cv_.notify_one();
 }
@@ -187,6 +188,7 @@ StoreStats RocksDbStore::stats() const {
   s.write_errors = write_errors_.load(std::memory_order_relaxed);
   s.reopens = reopens_.load(std::memory_order_relaxed);
   s.caller_decided = caller_decided_.load(std::memory_order_relaxed);
+  s.flushes = flushes_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -254,7 +256,7 @@ void RocksDbStore::WriterLoop() {
       // that caller answers, lets go of the lane, and wakes this thread if
       // anything is left queued.
       auto ready = [this] {
-        return !lane_busy_ && (closing_ || !write_queue_.empty());
+        return !lane_busy_ && (closing_ || !write_queue_.empty() || flush_due_);
       };
       for (;;) {
         if (failed_) {
@@ -272,7 +274,7 @@ void RocksDbStore::WriterLoop() {
         }
       }
       if (!recover) {
-        if (write_queue_.empty()) return;  // closing, and all answered
+        if (write_queue_.empty() && closing_) return;  // all answered
         size_t n = std::min(options_.max_batch, write_queue_.size());
         for (size_t i = 0; i < n; ++i) {
           batch.push_back(std::move(write_queue_.front()));
@@ -280,6 +282,7 @@ void RocksDbStore::WriterLoop() {
         }
       }
       lane_busy_ = true;
+      flush_due_ = false;
     }
     if (recover) {
       if (Status s = Recover(/*probe=*/true); s.ok()) {
@@ -289,11 +292,27 @@ void RocksDbStore::WriterLoop() {
         SetHealth(std::move(s));
       }
     } else {
-      CommitBatch(batch);
+      if (!batch.empty()) CommitBatch(batch);
+      FlushIfDue();
     }
     std::lock_guard<std::mutex> lock(mu_);
     lane_busy_ = false;
   }
+}
+
+void RocksDbStore::FlushIfDue() {
+  if (wal_bytes_ < options_.wal_bytes_per_flush || failed_) return;
+  // Not waiting for the flush itself (it runs on RocksDB's background
+  // thread): the switch to a new memtable and WAL file is all that happens
+  // here. A failure shows on the next write, which then fails and recovers
+  // as any failed write does; the count starts again either way.
+  rocksdb::FlushOptions flush;
+  flush.wait = false;
+  flush.allow_write_stall = true;
+  rocksdb::Status s = db_->Flush(flush);
+  (void)s;
+  wal_bytes_ = 0;
+  flushes_.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status RocksDbStore::Recover(bool probe) {
@@ -400,6 +419,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     if (from_caller && s.IsIncomplete()) return false;
     db_writes_.fetch_add(1, std::memory_order_relaxed);
     if (s.ok()) {
+      wal_bytes_ += changes.GetDataSize();
       writes_.fetch_add(changes.Count(), std::memory_order_relaxed);
       if (wo.sync) syncs_.fetch_add(1, std::memory_order_relaxed);
       if (failed_) {

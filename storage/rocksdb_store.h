@@ -109,6 +109,12 @@ struct RocksDbStoreOptions {
   // and committed on the caller's thread (see "Threads" above). Tests turn
   // it off to drive the writer thread alone.
   bool decide_on_caller = true;
+  // The memtable takes rewrites of a key in place (rocksdb_support.cc), so
+  // one holding few keys never fills and RocksDB would never flush it nor
+  // drop a WAL file: the WAL, all of which a start replays, would grow with
+  // every write. After about this many bytes of WAL since the last flush the
+  // writer thread switches the memtable (flushed in the background).
+  size_t wal_bytes_per_flush = 16u << 20;
 };
 
 // Counters for benchmarks and tests; each is monotonic since Open.
@@ -121,6 +127,7 @@ struct StoreStats {
   uint64_t write_errors = 0;  // DB::Write calls that failed
   uint64_t reopens = 0;       // database reopened to recover from an error
   uint64_t caller_decided = 0;  // requests decided on the caller's thread
+  uint64_t flushes = 0;  // memtable flushes asked for by wal_bytes_per_flush
 };
 
 class RocksDbStore : public TokenStore {
@@ -225,6 +232,9 @@ class RocksDbStore : public TokenStore {
   Status ReadToken(const std::string& key, bool* present, uint64_t* value,
                    bool cache_only = false) const;
   void SetHealth(Status status);
+  // Holding the lane, on the writer thread: switches the memtable when
+  // wal_bytes_per_flush bytes went to the WAL since the last switch.
+  void FlushIfDue();
 
   const RocksDbStoreOptions options_;
 
@@ -248,6 +258,8 @@ class RocksDbStore : public TokenStore {
   // decided in call order and db_ changes under one owner.
   bool lane_busy_ = false;                // guarded by mu_
   const bool decide_on_caller_;  // decide_on_caller under kAsync
+  // A caller's write passed wal_bytes_per_flush: the writer flushes.
+  bool flush_due_ = false;                // guarded by mu_
   Status health_;                         // guarded by mu_
 
   std::mutex close_mu_;   // serialises Close()
@@ -258,6 +270,8 @@ class RocksDbStore : public TokenStore {
   std::atomic<bool> failed_{false};  // the last write failed; recover first
   // The free-space check before each write; used only by the lane's holder.
   std::unique_ptr<rocksdb_support::FreeSpaceGuard> free_space_;
+  // Bytes written to the WAL since the last memtable switch; lane only.
+  uint64_t wal_bytes_ = 0;
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> batches_{0};
@@ -267,6 +281,7 @@ class RocksDbStore : public TokenStore {
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint64_t> reopens_{0};
   std::atomic<uint64_t> caller_decided_{0};
+  std::atomic<uint64_t> flushes_{0};
 
   std::thread writer_;  // started last, joined in Close()
   std::thread reader_;
