@@ -175,9 +175,20 @@ void HttpSession::DoWaitForRequest() {
                                 [self = shared_from_this()](ec_t ec, size_t n) {
                                   self->buffer_.commit(n);
                                   if (ec) return self->Close();  // idle timeout, EOF or reset
+                                  // Queued, so its recv came from the event
+                                  // just handled, and short: the socket was
+                                  // drained then, and no event was seen
+                                  // since. The next wait needs no empty
+                                  // recv first (read_attempt.h).
+                                  if (self->wait_queued_ && n < kWaitReadSize) {
+                                    SkipNextReadAttempt(self->stream_.socket());
+                                  }
                                   self->idle_ = false;
                                   self->StartHeaderRead();
                                 }));
+  // Nothing else is queued on the client's socket while a kept-alive
+  // connection waits: its response went whole, and no read was pending.
+  wait_queued_ = !stream_.tls() && ReadIsQueued(stream_.socket());
 }
 
 void HttpSession::StartHeaderRead() {

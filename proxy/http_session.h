@@ -179,6 +179,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   static constexpr uint64_t kDiscardLimit = uint64_t{64} * 1024;
   bool in_request_ = false;     // a request head was read and not yet ended
   bool idle_ = false;           // waiting for the first byte of a request head
+  // DoWaitForRequest's read was queued for the socket's next event (not
+  // completed at once): see read_attempt.h.
+  bool wait_queued_ = false;
   bool expect_continue_ = false;
   ClientSlot client_slot_;  // limits.max_connections_per_client
   // NoteTurn: the other thread this session's recent writes waited on keys

@@ -48,8 +48,13 @@ struct StateMutex {
   using Type = detail::conditionally_enabled_mutex State::*;
   friend Type Member(StateMutex);
 };
+struct OpQueues {
+  using Type = detail::op_queue<detail::reactor_op> (State::*)[Reactor::max_ops];
+  friend Type Member(OpQueues);
+};
 template struct Expose<TrySpeculative, &State::try_speculative_>;
 template struct Expose<StateMutex, &State::mutex_>;
+template struct Expose<OpQueues, &State::op_queue_>;
 
 }  // namespace
 
@@ -64,11 +69,29 @@ bool SkipNextReadAttempt(TcpSocketBase& socket) {
   return true;
 }
 
+bool NextReadAttempts(TcpSocketBase& socket) {
+  State* state = SocketAccess::Implementation(socket).reactor_data_;
+  if (state == nullptr) return true;
+  detail::conditionally_enabled_mutex::scoped_lock lock(state->*Member(StateMutex{}));
+  return (state->*Member(TrySpeculative{}))[Reactor::read_op];
+}
+
+bool ReadIsQueued(TcpSocketBase& socket) {
+  State* state = SocketAccess::Implementation(socket).reactor_data_;
+  if (state == nullptr) return false;
+  detail::conditionally_enabled_mutex::scoped_lock lock(state->*Member(StateMutex{}));
+  return !(state->*Member(OpQueues{}))[Reactor::read_op].empty();
+}
+
 #else
 
 bool CanSkipReadAttempt() { return false; }
 
 bool SkipNextReadAttempt(TcpSocketBase&) { return false; }
+
+bool NextReadAttempts(TcpSocketBase&) { return true; }
+
+bool ReadIsQueued(TcpSocketBase&) { return false; }
 
 #endif
 

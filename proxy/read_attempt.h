@@ -29,6 +29,21 @@
 // that wrote a request on a connection that had nothing to say before (an
 // idle keep-alive upstream connection sends nothing but a close; a close
 // answered by our request is a reset, which is an event too).
+//
+// The client's side meets it another way, nginx's: a read that came back
+// short found the socket drained at that instant. Clearing the flag is
+// then safe if no event was seen between that recv and the clear, and that
+// holds for a read that was queued for the socket's next event (ReadIsQueued
+// just after it started) while nothing else was queued on the socket: the
+// reactor's readiness handling makes its recv and calls its handler in one
+// go, with no event loop turn in between (the first operation a readiness
+// event completes is run at once, only the others are posted). A read that
+// completed at once instead reaches its handler through a posted
+// completion, and the loop may deliver events before it runs: no clear
+// after those. So the session's wait for the next request on a kept-alive
+// connection costs no empty recv once it is in that rhythm (the first wait
+// pays one), and a client that pipelines (bytes that raise an event while
+// the session waits on the backend) sets the flag again.
 
 #include <boost/asio/basic_socket.hpp>
 #include <boost/asio/io_context.hpp>
@@ -46,5 +61,16 @@ bool CanSkipReadAttempt();
 // Returns false, changing nothing, when the build cannot or the socket is
 // closed.
 bool SkipNextReadAttempt(TcpSocketBase& socket);
+
+// Whether the next read on this socket tries recv at once: the flag that
+// SkipNextReadAttempt clears and every readiness event sets. True when the
+// build cannot tell (every read is then tried at once) or the socket is
+// closed.
+bool NextReadAttempts(TcpSocketBase& socket);
+
+// Whether a read is queued on this socket, waiting for its next readiness
+// event (an asynchronous read that was not completed at once). False when
+// the build cannot tell or the socket is closed.
+bool ReadIsQueued(TcpSocketBase& socket);
 
 }  // namespace fencegate::proxy

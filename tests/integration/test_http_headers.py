@@ -126,3 +126,28 @@ def test_pipelined_requests_are_answered_in_order(gate, backend):
     assert statuses[0] in (200, 201) and statuses[1] == 409
     assert statuses[2] == 200 and statuses[3] in (200, 201), statuses
     assert [e["path"] for e in backend.log()] == ["/objects/p1", "/objects/p1", "/objects/p2"]
+
+
+def test_a_request_pipelined_while_the_last_is_at_the_backend_is_answered(make_gate, backend):
+    """The client sends its next request while fencegate waits on the
+    backend for the one before, on a connection kept alive through several
+    requests (fencegate's wait for the next request then makes no recv of
+    its own until the socket has an event, proxy/read_attempt.h). The event
+    those bytes raise is seen while no read is pending on the client; the
+    next wait must still read them. Were it forgotten, the second answer
+    would come only when the idle timeout (60 s here) closed the
+    connection: the client's 10 s read bound fails the test first."""
+    gate = make_gate(limits={"idle_timeout": "60s"})
+    with RawConnection(gate.proxy, timeout=10) as c:
+        for i in range(3):  # into the steady rhythm of a kept-alive client
+            c.send("GET", f"/plain/warm{i}", close=False)
+            assert c.read_response().status == 404
+        c.send("PUT", "/objects/held", [("Fencing-Token", "1"), ("X-Test-Hold-Ms", "500")],
+               b"slow", close=False)
+        backend.wait_until(lambda snap: any(a["path"] == "/objects/held" for a in snap["active"]),
+                           what="the held PUT at the backend")
+        c.send("GET", "/plain/next", close=False)
+        assert c.read_response("PUT").status in (200, 201)
+        assert c.read_response().status == 404
+        c.send("GET", "/objects/held", close=False)  # and the rhythm goes on
+        assert c.read_response().status == 200

@@ -155,6 +155,110 @@ TEST(ReadAttempt, ABackendThatClosedWhileIdleResetsTheReadInsteadOfHangingIt) {
   EXPECT_TRUE(*c.result) << "a read from a closed backend reported success";
 }
 
+TEST(ReadAttempt, EveryReadinessEventSetsTheFlagAgain) {
+  Connection c;
+  auto guard = asio::make_work_guard(c.ioc);
+  EXPECT_TRUE(NextReadAttempts(c.proxy)) << "a new socket tries its first read at once";
+  if (!SkipNextReadAttempt(c.proxy)) GTEST_SKIP() << "this build cannot skip the read attempt";
+  EXPECT_FALSE(NextReadAttempts(c.proxy));
+  c.SendRequest();
+  c.BackendAnswers("bytes");
+  c.WaitReadable();
+  c.ioc.poll();  // the event, with no read queued
+  EXPECT_TRUE(NextReadAttempts(c.proxy)) << "an event the loop saw left the flag clear";
+}
+
+TEST(ReadAttempt, ReadIsQueuedTellsAQueuedReadFromOneThatCompletedAtOnce) {
+  Connection c;
+  auto guard = asio::make_work_guard(c.ioc);
+  if (!CanSkipReadAttempt()) GTEST_SKIP() << "this build cannot tell";
+  c.SendRequest();
+  c.BackendAnswers("there");
+  c.WaitReadable();
+  c.StartRead();  // tried at once: the bytes are there
+  EXPECT_FALSE(ReadIsQueued(c.proxy));
+  c.ExpectRead("there", "the bytes were there");
+  c.result.reset();
+  c.StartRead();  // tried at once, found nothing: queued
+  EXPECT_TRUE(ReadIsQueued(c.proxy));
+  c.BackendAnswers("later");
+  c.ExpectRead("later", "new bytes came");
+  EXPECT_FALSE(ReadIsQueued(c.proxy));
+}
+
+// The client's side (HttpSession::DoWaitForRequest): a queued read whose
+// recv came back short clears the flag in its handler. The next wait then
+// makes no recv until an event comes, and bytes a pipelining client sends
+// while the session is busy elsewhere raise one that sets the flag again.
+struct ClientWait {
+  explicit ClientWait(Connection& c) : c(c) {}
+  void Start() {
+    c.result.reset();
+    c.proxy.async_read_some(asio::buffer(c.buffer), [this](error_code ec, size_t n) {
+      c.result = ec;
+      c.got.assign(c.buffer.data(), n);
+      if (!ec && queued && n < c.buffer.size()) SkipNextReadAttempt(c.proxy);
+    });
+    queued = ReadIsQueued(c.proxy);
+  }
+  Connection& c;
+  bool queued = false;
+};
+
+TEST(ReadAttempt, AShortQueuedReadDrainedTheSocketSoTheNextWaitMakesNoRecv) {
+  Connection c;
+  auto guard = asio::make_work_guard(c.ioc);
+  if (!CanSkipReadAttempt()) GTEST_SKIP() << "this build cannot skip the read attempt";
+  c.SendRequest();  // the backend's end reads it first (BackendAnswers)
+  ClientWait wait(c);
+  wait.Start();  // the first wait pays its empty recv, then is queued
+  ASSERT_TRUE(wait.queued);
+  c.BackendAnswers("request 1");
+  c.ExpectRead("request 1", "the request came");
+  EXPECT_FALSE(NextReadAttempts(c.proxy)) << "the short queued read did not clear the flag";
+  wait.Start();  // no recv at once: the flag is clear
+  ASSERT_TRUE(wait.queued);
+  c.ioc.poll();
+  EXPECT_FALSE(c.result.has_value());
+  c.BackendAnswers("request 2");
+  c.ExpectRead("request 2", "the next request came");
+}
+
+TEST(ReadAttempt, BytesPipelinedAfterTheClearAreReadByTheNextWait) {
+  Connection c;
+  auto guard = asio::make_work_guard(c.ioc);
+  if (!CanSkipReadAttempt()) GTEST_SKIP() << "this build cannot skip the read attempt";
+  c.SendRequest();
+  ClientWait wait(c);
+  wait.Start();
+  c.BackendAnswers("request 1");
+  c.ExpectRead("request 1", "the request came");
+  ASSERT_FALSE(NextReadAttempts(c.proxy));
+  // While the session waits on the backend, the client pipelines its next
+  // request, and the loop sees its event with no read queued.
+  c.BackendAnswers("request 2");
+  c.WaitReadable();
+  c.ioc.poll();
+  wait.Start();  // after the response: tried at once, and the bytes are there
+  EXPECT_FALSE(wait.queued);
+  c.ExpectRead("request 2", "the pipelined request was in the socket");
+}
+
+TEST(ReadAttempt, AReadThatCompletedAtOnceLeavesTheFlagAlone) {
+  // Its handler is posted: the loop may have seen events since its recv.
+  Connection c;
+  auto guard = asio::make_work_guard(c.ioc);
+  if (!CanSkipReadAttempt()) GTEST_SKIP() << "this build cannot skip the read attempt";
+  c.SendRequest();
+  c.BackendAnswers("request 1");
+  c.WaitReadable();
+  ClientWait wait(c);
+  wait.Start();
+  EXPECT_FALSE(wait.queued);
+  c.ExpectRead("request 1", "the bytes were there");
+  EXPECT_TRUE(NextReadAttempts(c.proxy));
+}
+
 TEST(ReadAttempt, AClosedSocketIsLeftAlone) {
   asio::io_context ioc;
   Socket s(ioc.get_executor());
