@@ -201,6 +201,16 @@ struct ClientWait {
     });
     queued = ReadIsQueued(c.proxy);
   }
+  // The session's first wait on a kept-alive connection: it pays its empty
+  // recv, is queued, and the short read of "request 1" clears the flag.
+  void FirstRequest() {
+    c.SendRequest();  // the backend's end reads it first (BackendAnswers)
+    Start();
+    ASSERT_TRUE(queued) << "the first wait found bytes it should not have";
+    c.BackendAnswers("request 1");
+    c.ExpectRead("request 1", "the request came");
+    EXPECT_FALSE(NextReadAttempts(c.proxy)) << "the short queued read did not clear the flag";
+  }
   Connection& c;
   bool queued = false;
 };
@@ -209,13 +219,8 @@ TEST(ReadAttempt, AShortQueuedReadDrainedTheSocketSoTheNextWaitMakesNoRecv) {
   Connection c;
   auto guard = asio::make_work_guard(c.ioc);
   if (!CanSkipReadAttempt()) GTEST_SKIP() << "this build cannot skip the read attempt";
-  c.SendRequest();  // the backend's end reads it first (BackendAnswers)
   ClientWait wait(c);
-  wait.Start();  // the first wait pays its empty recv, then is queued
-  ASSERT_TRUE(wait.queued);
-  c.BackendAnswers("request 1");
-  c.ExpectRead("request 1", "the request came");
-  EXPECT_FALSE(NextReadAttempts(c.proxy)) << "the short queued read did not clear the flag";
+  ASSERT_NO_FATAL_FAILURE(wait.FirstRequest());
   wait.Start();  // no recv at once: the flag is clear
   ASSERT_TRUE(wait.queued);
   c.ioc.poll();
@@ -228,12 +233,8 @@ TEST(ReadAttempt, BytesPipelinedAfterTheClearAreReadByTheNextWait) {
   Connection c;
   auto guard = asio::make_work_guard(c.ioc);
   if (!CanSkipReadAttempt()) GTEST_SKIP() << "this build cannot skip the read attempt";
-  c.SendRequest();
   ClientWait wait(c);
-  wait.Start();
-  c.BackendAnswers("request 1");
-  c.ExpectRead("request 1", "the request came");
-  ASSERT_FALSE(NextReadAttempts(c.proxy));
+  ASSERT_NO_FATAL_FAILURE(wait.FirstRequest());
   // While the session waits on the backend, the client pipelines its next
   // request, and the loop sees its event with no read queued.
   c.BackendAnswers("request 2");
