@@ -202,7 +202,7 @@ class RocksDbStore : public TokenStore {
     GetHandler handler;
   };
 
-  RocksDbStore(const RocksDbStoreOptions& options,
+  RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::Env> wal_env,
                std::unique_ptr<rocksdb::DB> db);
 
   void Enqueue(bool raise, std::string key, uint64_t token,
@@ -236,6 +236,10 @@ class RocksDbStore : public TokenStore {
   // wal_bytes_per_flush bytes went to the WAL since the last switch.
   void FlushIfDue();
 
+  // Under kAsync, the Env that writes the WAL through a memory map
+  // (rocksdb_support::NewMappedWalEnv); options_.env points to it. Declared
+  // before db_, so it outlives the database.
+  const std::unique_ptr<rocksdb::Env> wal_env_;
   const RocksDbStoreOptions options_;
 
   // DB methods are thread-safe; the pointer itself changes only on the

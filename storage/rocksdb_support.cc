@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/options.h>
@@ -96,6 +97,25 @@ class ManualRecovery : public rocksdb::EventListener {
                             bool* auto_recovery) override {
     bg_error.PermitUncheckedError();
     *auto_recovery = false;
+  }
+};
+
+// Asks RocksDB's file system for memory-mapped writes of WAL files only
+// (its own OptimizeForLogWrite turns them off); everything else passes
+// through. The POSIX file system falls back to write(2) by itself on a file
+// system where it cannot preallocate (it checks once, with statfs).
+class MappedWalFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  explicit MappedWalFileSystem(const std::shared_ptr<rocksdb::FileSystem>& base)
+      : FileSystemWrapper(base) {}
+  const char* Name() const override { return "FencegateMappedWal"; }
+
+  rocksdb::FileOptions OptimizeForLogWrite(
+      const rocksdb::FileOptions& file_options,
+      const rocksdb::DBOptions& db_options) const override {
+    rocksdb::FileOptions o = target()->OptimizeForLogWrite(file_options, db_options);
+    o.use_mmap_writes = true;
+    return o;
   }
 };
 
@@ -213,6 +233,13 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
     return Status::Unavailable(std::move(msg));
   }
   return Status::IoError(std::move(msg));
+}
+
+std::unique_ptr<rocksdb::Env> NewMappedWalEnv(const RocksDbStoreOptions& options) {
+  if (options.durability != Durability::kAsync) return nullptr;
+  rocksdb::Env* base = options.env != nullptr ? options.env : rocksdb::Env::Default();
+  return rocksdb::NewCompositeEnv(
+      std::make_shared<MappedWalFileSystem>(base->GetFileSystem()));
 }
 
 Status OpenDb(const RocksDbStoreOptions& options,

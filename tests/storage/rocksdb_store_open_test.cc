@@ -1,7 +1,8 @@
 // RocksDbStore::Open and damaged data: lock held by another process,
-// corrupt values, partial or damaged directories.
+// corrupt values, partial or damaged directories, a writer killed mid-run.
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,11 +58,21 @@ TEST(RocksDbStoreOpenTest, LockHolderChild) {
   EXPECT_TRUE(store->Close().ok());
 }
 
-TEST(RocksDbStoreOpenTest, OtherProcessHoldsTheLock) {
-  TempDir dir;
+// This test binary run again as a child with only `test` selected and
+// `env_entry` added to its environment; its stdin and stdout are pipes.
+struct Child {
+  pid_t pid = -1;
+  int to_child = -1;    // its stdin
+  int from_child = -1;  // its stdout
+};
+
+Child SpawnSelf(const std::string& test, std::string env_entry) {
+  Child child;
   int to_child[2], from_child[2];
-  ASSERT_EQ(pipe(to_child), 0);
-  ASSERT_EQ(pipe(from_child), 0);
+  if (pipe(to_child) != 0 || pipe(from_child) != 0) {
+    ADD_FAILURE() << "pipe failed";
+    return child;
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
@@ -67,30 +80,43 @@ TEST(RocksDbStoreOpenTest, OtherProcessHoldsTheLock) {
   posix_spawn_file_actions_addclose(&actions, to_child[1]);
   posix_spawn_file_actions_addclose(&actions, from_child[0]);
 
-  std::string env_entry = std::string(kLockHolderEnv) + "=" + dir.path();
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
   env.push_back(env_entry.data());
   env.push_back(nullptr);
   std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string filter = "--gtest_filter=RocksDbStoreOpenTest.LockHolderChild";
+  std::string filter = "--gtest_filter=" + test;
   std::vector<char*> argv{exe.data(), filter.data(), nullptr};
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(),
+  int rc = posix_spawn(&child.pid, exe.c_str(), &actions, nullptr, argv.data(),
                        env.data());
   posix_spawn_file_actions_destroy(&actions);
   close(to_child[0]);
   close(from_child[1]);
-  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(rc, 0) << "posix_spawn " << exe;
+  child.to_child = to_child[1];
+  child.from_child = from_child[0];
+  return child;
+}
 
-  // Wait for the child's "ready" (gtest prints its own lines around it).
+// What `fd` gives until `marker` has come (or, with an empty marker, until
+// end of file). gtest prints its own lines around the child's.
+std::string ReadUntil(int fd, const std::string& marker) {
   std::string out;
   char buf[256];
   ssize_t n;
-  while (out.find("ready\n") == std::string::npos &&
-         (n = read(from_child[0], buf, sizeof buf)) > 0) {
+  while ((marker.empty() || out.find(marker) == std::string::npos) &&
+         (n = read(fd, buf, sizeof buf)) > 0) {
     out.append(buf, n);
   }
+  return out;
+}
+
+TEST(RocksDbStoreOpenTest, OtherProcessHoldsTheLock) {
+  TempDir dir;
+  Child child = SpawnSelf("RocksDbStoreOpenTest.LockHolderChild",
+                          std::string(kLockHolderEnv) + "=" + dir.path());
+  ASSERT_GT(child.pid, 0);
+  std::string out = ReadUntil(child.from_child, "ready\n");
   ASSERT_NE(out.find("ready\n"), std::string::npos) << out;
 
   Status s = TryOpen(dir.path());
@@ -99,15 +125,85 @@ TEST(RocksDbStoreOpenTest, OtherProcessHoldsTheLock) {
             std::string::npos)
       << s.message();
 
-  close(to_child[1]);  // child closes its store and exits
-  while ((n = read(from_child[0], buf, sizeof buf)) > 0) {
-  }
-  close(from_child[0]);
+  close(child.to_child);  // child closes its store and exits
+  ReadUntil(child.from_child, "");
+  close(child.from_child);
   int wstatus = 0;
-  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_EQ(waitpid(child.pid, &wstatus, 0), child.pid);
   EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
 
   EXPECT_TRUE(TryOpen(dir.path()).ok()) << "lock not released by the child";
+}
+
+constexpr char kKilledWriterEnv[] = "FENCEGATE_TEST_KILLED_WRITER_DIR";
+constexpr int kKilledWriterKeys = 3000;
+
+std::string KilledWriterKey(int i) { return "key-" + std::to_string(i); }
+
+// Not a test on its own: the child half of
+// AsyncWritesSurviveTheProcessBeingKilled. Takes kKilledWriterKeys tokens
+// under async durability, says whether its WAL is mapped into memory, and
+// is killed (SIGKILL) without closing the store.
+TEST(RocksDbStoreOpenTest, KilledWriterChild) {
+  const char* dir = std::getenv(kKilledWriterEnv);
+  if (dir == nullptr) GTEST_SKIP() << "helper for AsyncWritesSurviveTheProcessBeingKilled";
+  auto store = OpenRocks(dir, Durability::kAsync);
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < kKilledWriterKeys; ++i) {
+    ASSERT_TRUE(AdvanceSync(*store, KilledWriterKey(i), i + 1).fence.accepted) << i;
+  }
+  std::ifstream maps("/proc/self/maps");
+  bool mapped = false;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(dir) != std::string::npos && line.ends_with(".log")) mapped = true;
+  }
+  std::printf(mapped ? "wal-mapped\n" : "wal-not-mapped\n");
+  std::fflush(stdout);
+  raise(SIGKILL);
+}
+
+// Async durability writes the WAL through a memory map
+// (rocksdb_support::NewMappedWalEnv): a process killed right after its
+// writes were acknowledged leaves every record in the page cache, and the
+// rest of the mapped region as zeros at the WAL's end. A new start replays
+// all of them and ignores the zeros.
+TEST(RocksDbStoreOpenTest, AsyncWritesSurviveTheProcessBeingKilled) {
+  TempDir dir;
+  Child child = SpawnSelf("RocksDbStoreOpenTest.KilledWriterChild",
+                          std::string(kKilledWriterEnv) + "=" + dir.path());
+  ASSERT_GT(child.pid, 0);
+  close(child.to_child);
+  std::string out = ReadUntil(child.from_child, "");
+  close(child.from_child);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child.pid, &wstatus, 0), child.pid);
+  ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << out;
+  EXPECT_NE(out.find("wal-mapped\n"), std::string::npos) << out;
+
+  // The crash left the WAL as the map wrote it: records, then zeros.
+  std::string wal;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    if (e.path().extension() == ".log") wal = e.path().string();
+  }
+  ASSERT_FALSE(wal.empty());
+  std::string bytes;
+  {
+    std::ifstream in(wal, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GE(bytes.size(), 4096u);
+  EXPECT_EQ(bytes.find_first_not_of('\0', bytes.size() - 4096), std::string::npos)
+      << "the WAL does not end in the mapped region's zeros";
+
+  auto store = OpenRocks(dir.path(), Durability::kAsync);
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < kKilledWriterKeys; ++i) {
+    ASSERT_EQ(GetSync(*store, KilledWriterKey(i)).value, std::optional<uint64_t>(i + 1)) << i;
+  }
+  // And the store goes on from there.
+  EXPECT_FALSE(AdvanceSync(*store, KilledWriterKey(0), 0).fence.accepted);
+  EXPECT_TRUE(AdvanceSync(*store, KilledWriterKey(0), 2).fence.accepted);
+  ASSERT_TRUE(store->Close().ok());
 }
 
 TEST(RocksDbStoreOpenTest, SecondStoreInThisProcessIsBusy) {
