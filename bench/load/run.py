@@ -46,6 +46,8 @@ import time
 import urllib.error
 import urllib.request
 
+import phases
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TARGETS = ("direct", "nginx", "fencegate")
@@ -961,6 +963,12 @@ def main():
                          "DIR/perf-<scenario>-c<conns>.data, its fg_pass runs into "
                          "DIR/perf-<scenario>-fg_pass-c<conns>.data (skews those numbers: use a "
                          "separate invocation for profiles)")
+    ap.add_argument("--trace", metavar="DIR",
+                    help="record fencegate's system calls (enter/exit tracepoints) during the "
+                         "first round of its fenced and fg_pass runs into "
+                         "DIR/trace-<scenario>[-fg_pass]-c<conns>.data and report where a "
+                         "request's time goes, wake by wake (bench/load/phases.py; skews those "
+                         "runs: use a separate invocation)")
     ap.add_argument("--report", metavar="JSON",
                     help="print the ratio table of an earlier run as Markdown and exit")
     ap.add_argument("--self-test", action="store_true",
@@ -1067,6 +1075,10 @@ def main():
                             if args.perf and t in ("fencegate", "fg_pass") and rnd == 0:
                                 recorder = perf_record_start(args.perf, fg.pid, sc, c,
                                                              args.duration, t)
+                            tracer = None
+                            if args.trace and t in ("fencegate", "fg_pass") and rnd == 0:
+                                tracer = phases.record_start(args.trace, fg.pid, sc, c,
+                                                             args.duration, t)
                             sys_counter = None
                             # The server under test: fencegate (every thread,
                             # RocksDB's included), nginx's workers, or for
@@ -1108,6 +1120,12 @@ def main():
                                 log(f"syscalls/request {t}: {r['syscalls_per_request']}")
                             if recorder is not None:
                                 recorder.wait(timeout=120)
+                            if tracer is not None:
+                                tracer[0].wait(timeout=120)
+                                if r.get("requests"):
+                                    r["phases"] = phases.summarize(phases.events(tracer[1]),
+                                                                   r["requests"])
+                                    phases.print_summary(r["phases"], f"{sc} c={c} {t}")
                             n = count_fsyncs_finish(counter)
                             if n is not None and r.get("duration_us"):
                                 fsyncs.append(n / (r["duration_us"] / 1e6))
