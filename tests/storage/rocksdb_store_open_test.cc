@@ -2,7 +2,7 @@
 // corrupt values, partial or damaged directories, a writer killed mid-run.
 
 #include <fcntl.h>
-#include <signal.h>
+#include <csignal>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,8 +66,9 @@ struct Child {
   int from_child = -1;  // its stdout
 };
 
-Child SpawnSelf(const std::string& test, std::string env_entry) {
+Child SpawnSelf(const std::string& test, const std::string& env_entry) {
   Child child;
+  std::string entry = env_entry;  // execve wants char*
   int to_child[2], from_child[2];
   if (pipe(to_child) != 0 || pipe(from_child) != 0) {
     ADD_FAILURE() << "pipe failed";
@@ -82,7 +83,7 @@ Child SpawnSelf(const std::string& test, std::string env_entry) {
 
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
-  env.push_back(env_entry.data());
+  env.push_back(entry.data());
   env.push_back(nullptr);
   std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   std::string filter = "--gtest_filter=" + test;
