@@ -30,12 +30,12 @@
 //    (ReadOptions::read_tier = kBlockCacheTier) and writes with
 //    WriteOptions::no_slowdown; if the key is not cached or the write would
 //    stall, it decides and writes nothing and queues the request for the
-//    writer, ahead of anything queued meanwhile. Its WAL append is a copy into the
-//    WAL's memory map (rocksdb_support::NewMappedWalEnv; no fsync under
-//    kAsync): no system call but, now and then, a statvfs for the
-//    free-space check below (and a new region of the map every 1 MiB). One holder at a time (the
-//    "lane") decides, so call order is kept exactly as with the writer
-//    alone. Requests made while a caller decides queue, and that caller
+//    writer, ahead of anything queued meanwhile. Its WAL append is a copy
+//    into the WAL's memory map (rocksdb_support::NewMappedWalEnv; no fsync
+//    under kAsync): no system call but, now and then, a statvfs for the
+//    free-space check below and a new region of the map every 1 MiB. One
+//    holder at a time (the "lane") decides, so call order is kept exactly
+//    as with the writer alone. Requests made while a caller decides queue, and that caller
 //    then decides one batch of them too (under the same rules), so that
 //    under load the writer thread is not woken for them. Under kSync every
 //    request goes through the writer (group commit).
