@@ -213,6 +213,16 @@ StoreStats RocksDbStore::stats() const {
   return s;
 }
 
+uint64_t RocksDbStore::MemtableEntries() const {
+  std::shared_lock<std::shared_mutex> lock(db_mu_);
+  uint64_t n = 0;
+  if (db_ == nullptr ||
+      !db_->GetIntProperty(rocksdb::DB::Properties::kNumEntriesActiveMemTable, &n)) {
+    return 0;
+  }
+  return n;
+}
+
 Status RocksDbStore::ReadToken(const std::string& key, bool* present,
                                uint64_t* value, bool cache_only) const {
   rocksdb::PinnableSlice raw;
@@ -250,6 +260,7 @@ Status RocksDbStore::ForEach(const Visitor& visit) const {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.fill_cache = false;  // a full scan would only evict the hot keys
+  ro.total_order_seek = true;  // a hash memtable iterates in order only when asked
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     std::string key = it->key().ToString();

@@ -116,6 +116,11 @@ struct RocksDbStoreOptions {
   // every write. After about this many bytes of WAL since the last flush the
   // writer thread switches the memtable (flushed in the background).
   size_t wal_bytes_per_flush = 16u << 20;
+  // The memtable is a hash of linked lists with this many buckets, keyed
+  // by the whole key (rocksdb_support.cc), instead of RocksDB's default
+  // skiplist: a fenced write's Get and in-place Put each find the key by
+  // its hash. 0 = the skiplist.
+  size_t memtable_buckets = 1u << 16;
 };
 
 // Counters for benchmarks and tests; each is monotonic since Open.
@@ -177,6 +182,12 @@ class RocksDbStore : public TokenStore {
 
   // A snapshot of the counters. Thread-safe, never blocks on I/O.
   StoreStats stats() const;
+
+  // Entries in the memtable being filled (RocksDB's
+  // rocksdb.num-entries-active-mem-table): one per key written since the
+  // last switch when rewrites take the key's place. 0 while closed. For
+  // tests and benchmarks; thread-safe, never blocks on I/O.
+  uint64_t MemtableEntries() const;
 
   // Calls visit(key, token) for every stored key, in byte order of the keys,
   // from a consistent snapshot of the database; stops early (still ok) when

@@ -11,7 +11,9 @@
 #include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 
 namespace fencegate::storage::rocksdb_support {
@@ -166,6 +168,10 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
   // per memtable, two memtables' worth of WAL alive).
   o.inplace_update_support = true;
   o.allow_concurrent_memtable_write = false;
+  if (options.memtable_buckets > 0) {
+    o.prefix_extractor.reset(rocksdb::NewNoopTransform());
+    o.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(options.memtable_buckets));
+  }
   o.keep_log_file_num = 5;  // RocksDB's own info LOG files
   o.max_log_file_size = 8 << 20;
 

@@ -337,6 +337,33 @@ TEST(RocksDbStoreTest, RewritingAFewKeysKeepsTheWalBounded) {
   }
 }
 
+// A rewrite of a key takes its place in the memtable (inplace_update_support)
+// with either memtable: the hash of lists the store uses (memtable_buckets)
+// and RocksDB's skiplist. Without it the memtable would hold one entry per
+// write: 8,000 here.
+TEST(RocksDbStoreTest, RewritesOfAKeyTakeItsPlaceInTheMemtable) {
+  for (size_t buckets : {size_t{0}, RocksDbStoreOptions{}.memtable_buckets}) {
+    SCOPED_TRACE("memtable_buckets " + std::to_string(buckets));
+    TempDir dir;
+    RocksDbStoreOptions options;
+    options.path = dir.path();
+    options.durability = Durability::kAsync;
+    options.memtable_buckets = buckets;
+    std::unique_ptr<RocksDbStore> store;
+    ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+    for (uint64_t token = 1; token <= 1000; ++token) {
+      for (char c = 'a'; c < 'i'; ++c) {
+        auto r = AdvanceSync(*store, std::string("/items/") + c, token);
+        ASSERT_TRUE(r.status.ok() && r.fence.accepted) << r.status.ToString();
+      }
+    }
+    EXPECT_EQ(store->MemtableEntries(), 8u);
+    EXPECT_EQ(GetSync(*store, "/items/h").value, std::optional<uint64_t>(1000));
+    EXPECT_EQ(GetSync(*store, "/items/i").value, std::nullopt);
+    ASSERT_TRUE(store->Close().ok());
+  }
+}
+
 TEST(RocksDbStoreTest, SyncAdvanceIsNeverDecidedOnTheCallersThread) {
   TempDir dir;
   auto store = OpenRocks(dir.path(), Durability::kSync);
