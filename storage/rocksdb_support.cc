@@ -168,6 +168,18 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
   // per memtable, two memtables' worth of WAL alive).
   o.inplace_update_support = true;
   o.allow_concurrent_memtable_write = false;
+  // The memtable: a hash table of sorted linked lists (a list turns into a
+  // skiplist past 256 entries, so colliding keys cost a log, not a line),
+  // hashed on the whole key (the no-op prefix extractor: every key is its
+  // own prefix). A fenced write looks its key up twice, the Get and the
+  // in-place Put, and both find it by its hash instead of walking down a
+  // skiplist of every key written since the last switch:
+  // store_bench BM_AdvanceKeys, 10k keys, 3.0 -> 1.8 us per advance (7.6
+  // -> 6.2 with cold caches). The bucket array (8 bytes a bucket, 512 KiB
+  // at 64k) lives in each memtable's arena. What it costs: an iterator
+  // that does not ask for total order sees nothing of the memtable (ForEach
+  // asks; nothing else iterates), and a full scan of the live memtable
+  // sorts a copy of it first (export, offline).
   if (options.memtable_buckets > 0) {
     o.prefix_extractor.reset(rocksdb::NewNoopTransform());
     o.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(options.memtable_buckets));
