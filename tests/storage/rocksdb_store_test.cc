@@ -345,12 +345,8 @@ TEST(RocksDbStoreTest, RewritesOfAKeyTakeItsPlaceInTheMemtable) {
   for (size_t buckets : {size_t{0}, RocksDbStoreOptions{}.memtable_buckets}) {
     SCOPED_TRACE("memtable_buckets " + std::to_string(buckets));
     TempDir dir;
-    RocksDbStoreOptions options;
-    options.path = dir.path();
-    options.durability = Durability::kAsync;
-    options.memtable_buckets = buckets;
-    std::unique_ptr<RocksDbStore> store;
-    ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+    auto store = OpenRocks(dir.path(), Durability::kAsync, buckets);
+    ASSERT_NE(store, nullptr);
     for (uint64_t token = 1; token <= 1000; ++token) {
       for (char c = 'a'; c < 'i'; ++c) {
         auto r = AdvanceSync(*store, std::string("/items/") + c, token);
@@ -369,25 +365,15 @@ TEST(RocksDbStoreTest, RewritesOfAKeyTakeItsPlaceInTheMemtable) {
 // every token, old and new, reads back, refuses a stale write and exports.
 TEST(RocksDbStoreTest, AStoreWrittenWithTheSkiplistMemtableOpensWithTheHashOne) {
   TempDir dir;
-  auto open = [&dir](size_t buckets) {
-    RocksDbStoreOptions options;
-    options.path = dir.path();
-    options.durability = Durability::kAsync;
-    options.memtable_buckets = buckets;
-    std::unique_ptr<RocksDbStore> store;
-    Status s = RocksDbStore::Open(options, &store);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return store;
-  };
   {
-    auto old = open(0);
+    auto old = OpenRocks(dir.path(), Durability::kAsync, /*memtable_buckets=*/0);
     ASSERT_NE(old, nullptr);
     for (uint64_t k = 0; k < 100; ++k) {
       ASSERT_TRUE(AdvanceSync(*old, "/items/" + std::to_string(k), 10 + k).fence.accepted);
     }
     ASSERT_TRUE(old->Close().ok());
   }
-  auto store = open(RocksDbStoreOptions{}.memtable_buckets);
+  auto store = OpenRocks(dir.path(), Durability::kAsync);  // the hash memtable
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(AdvanceSync(*store, "/items/new", 5).fence.accepted);
   EXPECT_EQ(GetSync(*store, "/items/42").value, std::optional<uint64_t>(52));

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cstddef>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -98,10 +99,12 @@ inline GetResult GetSync(TokenStore& store, const std::string& key) {
 }
 
 inline std::unique_ptr<RocksDbStore> OpenRocks(
-    const std::string& path, Durability durability = Durability::kSync) {
+    const std::string& path, Durability durability = Durability::kSync,
+    size_t memtable_buckets = RocksDbStoreOptions{}.memtable_buckets) {
   RocksDbStoreOptions options;
   options.path = path;
   options.durability = durability;
+  options.memtable_buckets = memtable_buckets;
   std::unique_ptr<RocksDbStore> store;
   Status s = RocksDbStore::Open(options, &store);
   EXPECT_TRUE(s.ok()) << s.ToString();
