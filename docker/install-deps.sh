@@ -14,7 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   nginx curl python3 python3-pytest ca-certificates
   etcd-server etcd-client redis-server zookeeperd python3-kazoo
-  wrk linux-perf
+  wrk linux-perf valgrind
   clang libclang-rt-14-dev clang-tidy cppcheck
   llvm  # /usr/bin/llvm-symbolizer: names the lines in ASan/UBSan/fuzzer reports
 )

@@ -244,7 +244,9 @@ log:
 
 class Fencegate:
     def __init__(self, procs, binary, work, name, threads, backend_port, durability,
-                 access_log, max_conns=20000):
+                 access_log, max_conns=20000, wrapper=(), ready_secs=30):
+        # wrapper: argv run in front of the binary (instructions.py: valgrind),
+        # which may slow the start: ready_secs bounds the wait for "listening".
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
         cfg = os.path.join(d, "fencegate.yaml")
@@ -255,12 +257,12 @@ class Fencegate:
                                           max_conns=max_conns))
         self.procs = procs
         self.stderr = open(os.path.join(d, "fencegate.log"), "w")
-        self.proc = procs.start([binary, "--config", cfg], stdout=subprocess.PIPE,
+        self.proc = procs.start([*wrapper, binary, "--config", cfg], stdout=subprocess.PIPE,
                                 stderr=self.stderr, text=True)
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout=30):
-            raise RuntimeError("fencegate printed no listening line within 30 s")
+        if not sel.select(timeout=ready_secs):
+            raise RuntimeError(f"fencegate printed no listening line within {ready_secs} s")
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"fencegate exited ({self.proc.wait()}); see {d}/fencegate.log")
