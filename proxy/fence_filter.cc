@@ -3,9 +3,10 @@
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <array>
 #include <memory>
 #include <mutex>
-#include <vector>
+#include <span>
 
 #include "proxy/token.h"
 
@@ -63,11 +64,15 @@ WriteIntent Classify(const FenceSettings& settings, const Router& router,
     return intent;
   }
 
-  // Step 1: the token.
-  std::vector<std::string_view> values;
+  // Step 1: the token. Two values are as many as ParseTokenHeaders needs to
+  // tell "more than one".
+  std::array<std::string_view, 2> values;
+  size_t n_values = 0;
   auto range = headers.equal_range(settings.token_header);
-  for (auto it = range.first; it != range.second; ++it) values.push_back(it->value());
-  TokenParse token = ParseTokenHeaders(values);
+  for (auto it = range.first; it != range.second && n_values < values.size(); ++it) {
+    values[n_values++] = it->value();
+  }
+  TokenParse token = ParseTokenHeaders(std::span(values.data(), n_values));
   if (token.status == TokenStatus::kMissing) {
     intent.outcome = "token_required";
     intent.reply = MakeError(http::status::precondition_required, "token_required",
@@ -242,10 +247,13 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
       p->handed = courier.Send(whole_request);
     };
   }
-  queue_.Acquire(
-      intent.key, p->executor, std::move(on_turn), /*bounded=*/!intent.shadow,
-      [this, &intent, &on_answer] { store_.Advance(intent.key, intent.token, on_answer); },
-      std::move(relay));
+  auto advance = [this, &intent, &on_answer] {
+    store_.Advance(intent.key, intent.token, on_answer);
+  };
+  // on_queued captures one reference: std::function keeps that in place,
+  // without the allocation a three-pointer capture costs.
+  queue_.Acquire(intent.key, p->executor, std::move(on_turn), /*bounded=*/!intent.shadow,
+                 [&advance] { advance(); }, std::move(relay));
 }
 
 size_t FenceFilter::max_waiting_per_key() const { return queue_.max_waiting_per_key(); }

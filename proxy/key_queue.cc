@@ -11,7 +11,7 @@ namespace fencegate::proxy {
 
 KeyLease::KeyLease(KeyLease&& other) noexcept
     : queue_(std::exchange(other.queue_, nullptr)),
-      key_(std::move(other.key_)),
+      key_(std::exchange(other.key_, nullptr)),
       waited_(other.waited_) {}
 
 // NOLINTNEXTLINE(bugprone-exception-escape): terminates if the key cannot be handed on
@@ -19,18 +19,18 @@ KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
   if (this != &other) {
     Release();
     queue_ = std::exchange(other.queue_, nullptr);
-    key_ = std::move(other.key_);
+    key_ = std::exchange(other.key_, nullptr);
     waited_ = other.waited_;
   }
   return *this;
 }
 
 void KeyLease::Release() {
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_, /*dispatch=*/false);
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, /*dispatch=*/false);
 }
 
 void KeyLease::HandOn(Courier* courier) {
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(key_, /*dispatch=*/true, courier);
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, /*dispatch=*/true, courier);
 }
 
 namespace {
@@ -65,9 +65,11 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
                        Handler handler, bool bounded, const std::function<void()>& on_queued,
                        Relay relay) {
   Shard& shard = ShardFor(key);
+  const std::string* stored = nullptr;  // the map's copy: see KeyLease
   {
     std::lock_guard lock(shard.mu);
     auto [it, inserted] = shard.keys.try_emplace(key);
+    stored = &it->first;
     if (!inserted) {
       if (bounded && it->second.size() >= max_waiting_per_key_) {
         boost::asio::post(executor, [h = std::move(handler)]() mutable { h(KeyLease()); });
@@ -83,14 +85,15 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
     }
     RunOnQueued(on_queued, [&shard, it = it] { shard.keys.erase(it); });
   }
-  boost::asio::dispatch(executor, [this, key, h = std::move(handler)]() mutable {
-    h(KeyLease(this, key, /*waited=*/false));
+  boost::asio::dispatch(executor, [this, stored, h = std::move(handler)]() mutable {
+    h(KeyLease(this, stored, /*waited=*/false));
   });
 }
 
 void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) {
   Waiter next;
   Shard& shard = ShardFor(key);
+  const std::string* stored = nullptr;
   {
     std::lock_guard lock(shard.mu);
     auto it = shard.keys.find(key);
@@ -99,12 +102,13 @@ void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) 
       shard.keys.erase(it);
       return;
     }
+    stored = &it->first;  // the entry stays: it holds the next waiter's lease now
     next = std::move(it->second.front());
     it->second.pop_front();
     waiting_.fetch_sub(1, std::memory_order_relaxed);
   }
-  auto turn = [this, key, h = std::move(next.handler)]() mutable {
-    h(KeyLease(this, key, /*waited=*/true));
+  auto turn = [this, stored, h = std::move(next.handler)]() mutable {
+    h(KeyLease(this, stored, /*waited=*/true));
   };
   if (dispatch) {
     // The relay first: what it sends goes before the waiter's turn is

@@ -62,10 +62,13 @@ class KeyLease {
 
  private:
   friend class KeyQueue;
-  KeyLease(KeyQueue* queue, std::string key, bool waited)
-      : queue_(queue), key_(std::move(key)), waited_(waited) {}
+  // `key` is the key as stored in the queue's map, whose entry lives while
+  // a lease on it is held (only the holder's release erases it): the lease
+  // points to it rather than copying it.
+  KeyLease(KeyQueue* queue, const std::string* key, bool waited)
+      : queue_(queue), key_(key), waited_(waited) {}
   KeyQueue* queue_ = nullptr;
-  std::string key_;
+  const std::string* key_ = nullptr;
   bool waited_ = false;
 };
 

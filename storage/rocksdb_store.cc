@@ -14,6 +14,9 @@
 namespace fencegate::storage {
 namespace {
 
+// Decide's batch keeps a buffer up to this size between batches.
+constexpr size_t kKeptBatchBytes = 64u << 10;
+
 // Syncs the WAL (and the records before it) with an empty synced write.
 // DB::SyncWAL() would refuse the WAL that async durability writes through
 // a memory map (rocksdb_support::NewMappedWalEnv): it syncs from outside
@@ -59,7 +62,8 @@ RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
       db_(std::move(db)),
       decide_on_caller_(options.decide_on_caller &&
                         options.durability == Durability::kAsync),
-      free_space_(std::make_unique<rocksdb_support::FreeSpaceGuard>(options.path)) {
+      free_space_(std::make_unique<rocksdb_support::FreeSpaceGuard>(options.path)),
+      changes_(std::make_unique<rocksdb::WriteBatch>()) {
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
   writer_id_ = writer_.get_id();
@@ -401,7 +405,8 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   // A batch of one never looks a key up twice and needs no map.
   std::unordered_map<std::string_view, Known> known;
   const bool remember = batch.size() > 1;
-  rocksdb::WriteBatch changes;
+  rocksdb::WriteBatch& changes = *changes_;
+  changes.Clear();  // keeps its buffer
 
   for (size_t i = 0; i < batch.size(); ++i) {
     const WriteRequest& r = batch[i];
@@ -467,6 +472,8 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   if (!failed.ok()) {
     for (Outcome& o : outcomes) o = Outcome{failed, Fence{}};
   }
+  // A batch of big keys does not keep its buffer for the writes after it.
+  if (changes.GetDataSize() > kKeptBatchBytes) changes_ = std::make_unique<rocksdb::WriteBatch>();
   batches_.fetch_add(1, std::memory_order_relaxed);
   requests_.fetch_add(batch.size(), std::memory_order_relaxed);
   return true;

@@ -539,5 +539,50 @@ TEST(RocksDbStoreTest, StatsCountRequestsAndWrites) {
   EXPECT_EQ(s.write_errors, 0u);
 }
 
+// Decide fills one WriteBatch from batch to batch (and replaces one that grew
+// past 64 KiB): each DB write carries its own batch's changes and nothing of
+// the batches before it. Concurrent writes of 1 KB keys under sync
+// durability make batches of many requests while an fsync runs, bigger than
+// 64 KiB when 65 or more meet; then single writes follow.
+TEST(RocksDbStoreTest, EachWriteCarriesOnlyItsOwnBatchsChanges) {
+  TempDir dir;
+  constexpr int kKeys = 300;
+  auto key = [](int i) { return std::to_string(i) + std::string(1000, 'k'); };
+  {
+    auto store = OpenRocks(dir.path(), Durability::kSync);
+    ASSERT_NE(store, nullptr);
+    std::vector<std::future<testing::FenceResult>> answers;
+    for (int i = 0; i < kKeys; ++i) {
+      auto p = std::make_shared<std::promise<testing::FenceResult>>();
+      answers.push_back(p->get_future());
+      store->Advance(key(i), 1000 + i, [p](const Status& s, Fence f) {
+        p->set_value(testing::FenceResult{s, f});
+      });
+    }
+    for (auto& a : answers) {
+      auto r = testing::WaitFor(a, testing::FenceResult{Status::Unavailable("deadline"), {}});
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      ASSERT_TRUE(r.fence.accepted);
+    }
+    StoreStats after_burst = store->stats();
+    EXPECT_EQ(after_burst.writes, uint64_t{kKeys});
+    EXPECT_LT(after_burst.db_writes, uint64_t{kKeys}) << "no batch held more than one write";
+    // One at a time now: a stale token (nothing written), a raise, a new key.
+    EXPECT_FALSE(AdvanceSync(*store, key(0), 999).fence.accepted);
+    EXPECT_TRUE(AdvanceSync(*store, key(1), 5000).fence.accepted);
+    EXPECT_TRUE(AdvanceSync(*store, "new", 7).fence.accepted);
+    StoreStats s = store->stats();
+    EXPECT_EQ(s.writes, uint64_t{kKeys} + 2);
+    EXPECT_EQ(s.db_writes, after_burst.db_writes + 2);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto reopened = OpenRocks(dir.path());
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(GetSync(*reopened, key(0)).value, std::optional<uint64_t>(1000));
+  EXPECT_EQ(GetSync(*reopened, key(1)).value, std::optional<uint64_t>(5000));
+  EXPECT_EQ(GetSync(*reopened, key(kKeys - 1)).value, std::optional<uint64_t>(1000 + kKeys - 1));
+  EXPECT_EQ(GetSync(*reopened, "new").value, std::optional<uint64_t>(7));
+}
+
 }  // namespace
 }  // namespace fencegate::storage
