@@ -21,7 +21,8 @@ and "fence" = put_async - put_pass: what fencing adds to a write.
 
 With --baseline, the same for a second binary, and the ratios this/baseline.
 A count moves by well under 1% between runs of one binary (timers and the
-background threads' idle work add a little), so a change of a few hundred
+background threads' idle work during the pauses add a little, the same in
+every scenario, so that `fence` cancels it), so a change of a few hundred
 instructions per request is visible where requests/s on shared cores could
 not show it. It counts instructions, not time: cache misses, which decide
 how long those instructions take at one connection, are not in it
