@@ -62,17 +62,51 @@ PathError CheckQuery(std::string_view query) {
   return PathError::kNone;
 }
 
-}  // namespace
+// True when the walk below would return `raw` unchanged: only bytes kept as
+// they are (no '%' to decode or upper-case), no empty segment but a trailing
+// one (no "//"), no "." or ".." segment. `raw` starts with '/'.
+bool IsCanonical(std::string_view raw) {
+  size_t seg_start = 1;
+  for (size_t i = 1;; ++i) {
+    if (i == raw.size() || raw[i] == '/') {
+      const std::string_view seg = raw.substr(seg_start, i - seg_start);
+      if (seg == "." || seg == "..") return false;
+      if (i == raw.size()) return true;
+      if (seg.empty()) return false;  // "//"
+      seg_start = i + 1;
+      continue;
+    }
+    const uint8_t c = kClass[static_cast<unsigned char>(raw[i])];
+    if (c != kUnreserved && c != kOtherPchar) return false;
+  }
+}
 
-PathError CanonicalizeTarget(std::string_view target, CanonicalTarget* out) {
-  if (target.empty() || target.front() != '/') return PathError::kNotOriginForm;
-
+// The query: kept raw; only bytes that would break the request line refused.
+PathError SplitQuery(std::string_view target, std::string_view* raw, std::string_view* query,
+                     bool* has_query) {
   const size_t qmark = target.find('?');
-  const std::string_view raw = target.substr(0, qmark);
+  *raw = target.substr(0, qmark);
+  *has_query = qmark != std::string_view::npos;
+  if (*has_query) {
+    *query = target.substr(qmark + 1);
+    return CheckQuery(*query);
+  }
+  return PathError::kNone;
+}
+
+// CanonicalizeTarget; `shortcut`: a canonical path is copied, not walked.
+PathError Canonicalize(std::string_view target, CanonicalTarget* out, bool shortcut) {
+  if (target.empty() || target.front() != '/') return PathError::kNotOriginForm;
+  std::string_view raw;
   std::string_view query;
-  if (qmark != std::string_view::npos) {
-    query = target.substr(qmark + 1);
-    if (PathError e = CheckQuery(query); e != PathError::kNone) return e;
+  bool has_query = false;
+  if (PathError e = SplitQuery(target, &raw, &query, &has_query); e != PathError::kNone) return e;
+  if (shortcut && IsCanonical(raw)) {
+    // Most paths: copied as they are, into the strings' kept capacity.
+    out->path.assign(raw);
+    out->query.assign(query);
+    out->has_query = has_query;
+    return PathError::kNone;
   }
 
   // Invariant: `path` always ends with '/'. Each segment is decoded and
@@ -140,8 +174,18 @@ PathError CanonicalizeTarget(std::string_view target, CanonicalTarget* out) {
 
   out->path = std::move(path);
   out->query.assign(query);
-  out->has_query = qmark != std::string_view::npos;
+  out->has_query = has_query;
   return PathError::kNone;
+}
+
+}  // namespace
+
+PathError CanonicalizeTarget(std::string_view target, CanonicalTarget* out) {
+  return Canonicalize(target, out, /*shortcut=*/true);
+}
+
+PathError detail::CanonicalizeTargetWalk(std::string_view target, CanonicalTarget* out) {
+  return Canonicalize(target, out, /*shortcut=*/false);
 }
 
 const char* PathErrorMessage(PathError e) {

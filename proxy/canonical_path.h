@@ -35,6 +35,12 @@ enum class PathError {
 // Returns kNone and fills *out on success; on error *out is left untouched.
 PathError CanonicalizeTarget(std::string_view target, CanonicalTarget* out);
 
+namespace detail {
+// CanonicalizeTarget without its shortcut for a path that is canonical
+// already: every path goes through the segment walk. Tests compare the two.
+PathError CanonicalizeTargetWalk(std::string_view target, CanonicalTarget* out);
+}  // namespace detail
+
 // Human-readable reason for a PathError, for the 400 body.
 const char* PathErrorMessage(PathError e);
 

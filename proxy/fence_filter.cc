@@ -3,6 +3,7 @@
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <array>
 #include <memory>
 #include <mutex>
@@ -65,12 +66,18 @@ WriteIntent Classify(const FenceSettings& settings, const Router& router,
   }
 
   // Step 1: the token. Two values are as many as ParseTokenHeaders needs to
-  // tell "more than one".
+  // tell "more than one". One pass over the head's few fields, comparing a
+  // name only when its length matches, costs less than the fields' ordered
+  // lookup (equal_range compares case-insensitively along the tree); both
+  // see a name's values in the order they came.
   std::array<std::string_view, 2> values;
   size_t n_values = 0;
-  auto range = headers.equal_range(settings.token_header);
-  for (auto it = range.first; it != range.second && n_values < values.size(); ++it) {
-    values[n_values++] = it->value();
+  const std::string_view token_header = settings.token_header;
+  for (const auto& field : headers) {
+    std::string_view name = field.name_string();
+    if (name.size() != token_header.size() || !boost::beast::iequals(name, token_header)) continue;
+    values[n_values++] = field.value();
+    if (n_values == values.size()) break;
   }
   TokenParse token = ParseTokenHeaders(std::span(values.data(), n_values));
   if (token.status == TokenStatus::kMissing) {
@@ -135,6 +142,13 @@ struct PendingFence {
   // Check's relay: written, without mu, on the thread that hands the key on,
   // before the turn is posted; read by Deliver, which runs after that turn.
   std::optional<HandedConnection> handed;
+  std::string_view whole_request;  // Check's, for the relay
+
+  // The store's handler holds a plain pointer (a std::function keeps that
+  // in place; a shared_ptr it would allocate for): this keeps the fence
+  // alive until the answer. Set before the Advance, moved out by the
+  // answer, which the store gives exactly once (token_store.h).
+  std::shared_ptr<PendingFence> until_answered;
 
   // A refusal (stale token, store error) is answered without waiting for the
   // key's turn: nothing will be forwarded. Shadow mode forwards those too.
@@ -180,8 +194,10 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
       std::move(handler));
 
   // The store's answer: on the store's thread, or on this thread inside
-  // Acquire for an immediate error. Delivery from here is always posted.
-  auto on_answer = [p](const storage::Status& status, storage::Fence fence) {
+  // Acquire (an immediate error; under async durability, a decision made on
+  // this thread). Delivery from here is always posted.
+  auto on_answer = [raw = p.get()](const storage::Status& status, storage::Fence fence) {
+    std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
     {
       std::lock_guard lock(p->mu);
       p->status = status;
@@ -237,17 +253,24 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // while it is sent, and `handed` needs no lock: the turn that reads it is
   // posted after the relay returns. Nothing after the send can throw (see
   // KeyQueue::Relay): a request that went must reach its session.
+  // The relay holds a plain pointer, as on_answer does: it runs only before
+  // the turn is posted, while on_turn (in the key's queue) keeps `p` alive.
   KeyQueue::Relay relay;
   if (!whole_request.empty()) {
-    relay = [p, whole_request](Courier& courier) {
+    p->whole_request = whole_request;
+    relay = [raw = p.get()](Courier& courier) {
       {
-        std::lock_guard lock(p->mu);
-        if (!p->answered || p->delivered || p->RefusedLocked()) return;
+        std::lock_guard lock(raw->mu);
+        if (!raw->answered || raw->delivered || raw->RefusedLocked()) return;
       }
-      p->handed = courier.Send(whole_request);
+      raw->handed = courier.Send(raw->whole_request);
     };
   }
-  auto advance = [this, &intent, &on_answer] {
+  // Only with the Advance (a refused Acquire makes none). Not reset if the
+  // Advance throws: the store may have kept its handler, and a fence that
+  // is never freed is better than one freed too early.
+  auto advance = [this, &intent, &on_answer, &p] {
+    p->until_answered = p;
     store_.Advance(intent.key, intent.token, on_answer);
   };
   // on_queued captures one reference: std::function keeps that in place,

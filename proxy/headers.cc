@@ -15,6 +15,7 @@ namespace fencegate::proxy {
 
 namespace http = boost::beast::http;
 using boost::beast::iequals;
+using namespace std::string_view_literals;
 
 namespace {
 
@@ -82,7 +83,7 @@ void ForEachEndToEndField(const http::fields& from, std::string_view skip, Fn&& 
 // Chunked(), KeepAlive(keep) frame as Beast's message setters do; End().
 
 void AppendVersion(unsigned version, std::string* out) {
-  out->append("HTTP/");
+  out->append("HTTP/"sv);
   out->push_back(static_cast<char>('0' + version / 10));
   out->push_back('.');
   out->push_back(static_cast<char>('0' + version % 10));
@@ -90,9 +91,9 @@ void AppendVersion(unsigned version, std::string* out) {
 
 void AppendField(std::string_view name, std::string_view value, std::string* out) {
   out->append(name);
-  out->append(": ");
+  out->append(": "sv);
   out->append(value);
-  out->append("\r\n");
+  out->append("\r\n"sv);
 }
 
 bool IsOws(char c) { return c == ' ' || c == '\t'; }
@@ -109,7 +110,7 @@ class TextSink {
   void EndRequestLine(unsigned version) {
     out_->push_back(' ');
     AppendVersion(version, out_);
-    out_->append("\r\n");
+    out_->append("\r\n"sv);
     version_ = version;
   }
   void StatusLine(unsigned status, std::string_view reason, unsigned version) {
@@ -120,14 +121,14 @@ class TextSink {
     out_->push_back(static_cast<char>('0' + status % 10));
     out_->push_back(' ');
     out_->append(reason);
-    out_->append("\r\n");
+    out_->append("\r\n"sv);
     version_ = version;
   }
   // A value in a Beast container is already trimmed (its insert trims).
   void Insert(const http::fields::value_type& f) { AppendField(f.name_string(), f.value(), out_); }
   std::string& BeginField(std::string_view name) {
     out_->append(name);
-    out_->append(": ");
+    out_->append(": "sv);
     value_start_ = out_->size();
     return *out_;
   }
@@ -141,7 +142,7 @@ class TextSink {
     size_t begin = value_start_;
     while (begin < end && IsOws((*out_)[begin])) ++begin;
     out_->erase(value_start_, begin - value_start_);
-    out_->append("\r\n");
+    out_->append("\r\n"sv);
   }
   void ContentLength(uint64_t length) {
     char digits[24];
@@ -156,7 +157,7 @@ class TextSink {
     if (version_ >= 11 && !keep_alive) AppendField("Connection", "close", out_);
     if (version_ < 11 && keep_alive) AppendField("Connection", "keep-alive", out_);
   }
-  void End() { out_->append("\r\n"); }
+  void End() { out_->append("\r\n"sv); }
 
  private:
   std::string* out_;
@@ -252,7 +253,7 @@ void AppendLastItems(const http::fields& in, std::string_view name, unsigned cou
                      std::string& out) {
   auto items = ListValues(in, name);
   size_t first = items.size() > count ? items.size() - count : 0;
-  for (size_t i = first; i < items.size(); ++i) out.append(items[i]).append(", ");
+  for (size_t i = first; i < items.size(); ++i) out.append(items[i]).append(", "sv);
 }
 
 // SetForwardingFields, into a sink.
@@ -271,13 +272,13 @@ void EmitForwardingFields(const http::fields& in, std::string_view client_ip, un
   SetField(sink, "X-Forwarded-Proto", proto);
   std::string& forwarded = sink.BeginField("Forwarded");
   if (trusted_hops > 0) AppendLastItems(in, "Forwarded", trusted_hops, forwarded);
-  forwarded.append("for=");
+  forwarded.append("for="sv);
   if (client_ip.find(':') != std::string_view::npos) {
-    forwarded.append("\"[").append(client_ip).append("]\"");
+    forwarded.append("\"["sv).append(client_ip).append("]\""sv);
   } else {
     forwarded.append(client_ip);
   }
-  forwarded.append(";proto=").append(proto);
+  forwarded.append(";proto="sv).append(proto);
   sink.EndField();
 }
 
@@ -289,7 +290,7 @@ void EmitUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
   const auto& req = parser.get();
   std::string& line = sink.BeginRequestLine(req.base());
   line.append(config.upstream.base_path).append(target.path);
-  if (target.has_query) line.append("?").append(target.query);
+  if (target.has_query) line.append("?"sv).append(target.query);
   sink.EndRequestLine(11);
   bool has_host = false;
   ForEachEndToEndField(req.base(),
@@ -308,11 +309,11 @@ void EmitUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
     std::string& host = sink.BeginField("Host");
     const std::string& name = config.upstream.host;
     if (name.find(':') != std::string::npos) {  // an IPv6 literal: in brackets
-      host.append("[").append(name).append("]");
+      host.append("["sv).append(name).append("]"sv);
     } else {
       host.append(name);
     }
-    host.append(":").append(port, end);
+    host.append(":"sv).append(port, end);
     sink.EndField();
   }
   if (auto length = parser.content_length()) {

@@ -68,7 +68,9 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
   const std::string* stored = nullptr;  // the map's copy: see KeyLease
   {
     std::lock_guard lock(shard.mu);
-    auto [it, inserted] = shard.keys.try_emplace(key);
+    auto it = shard.keys.find(key);
+    const bool inserted = it == shard.keys.end();
+    if (inserted) it = Insert(shard, key);
     stored = &it->first;
     if (!inserted) {
       if (bounded && it->second.size() >= max_waiting_per_key_) {
@@ -83,7 +85,7 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
       waiting_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    RunOnQueued(on_queued, [&shard, it = it] { shard.keys.erase(it); });
+    RunOnQueued(on_queued, [&shard, it = it] { Erase(shard, it); });
   }
   boost::asio::dispatch(executor, [this, stored, h = std::move(handler)]() mutable {
     h(KeyLease(this, stored, /*waited=*/false));
@@ -99,7 +101,7 @@ void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) 
     auto it = shard.keys.find(key);
     if (it == shard.keys.end()) return;  // unreachable: a lease exists only for a present key
     if (it->second.empty()) {
-      shard.keys.erase(it);
+      Erase(shard, it);
       return;
     }
     stored = &it->first;  // the entry stays: it holds the next waiter's lease now
@@ -124,6 +126,22 @@ void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) 
     return boost::asio::dispatch(next.executor, std::move(turn));
   }
   boost::asio::post(next.executor, std::move(turn));
+}
+
+KeyQueue::Shard::Map::iterator KeyQueue::Insert(Shard& shard, const std::string& key) {
+  if (shard.spare.empty()) return shard.keys.try_emplace(key).first;
+  Shard::Map::node_type node = std::move(shard.spare.back());
+  shard.spare.pop_back();
+  node.key().assign(key);  // within its capacity: no allocation
+  return shard.keys.insert(std::move(node)).position;
+}
+
+void KeyQueue::Erase(Shard& shard, Shard::Map::iterator it) {
+  if (shard.spare.size() == kSpareEntries) {
+    shard.keys.erase(it);
+    return;
+  }
+  shard.spare.push_back(shard.keys.extract(it));  // reserved: does not allocate
 }
 
 size_t KeyQueue::active_keys() const {

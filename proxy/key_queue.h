@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "proxy/handoff.h"
 
@@ -138,6 +139,8 @@ class KeyQueue {
   // dispatch: HandOn; courier: HandOn's.
   void Release(const std::string& key, bool dispatch, Courier* courier = nullptr);
 
+  static constexpr size_t kSpareEntries = 2;  // per shard: see Shard::spare
+
   // Its own cache line each, so that two threads locking neighbouring shards
   // do not share one.
   struct alignas(64) Shard {
@@ -146,9 +149,19 @@ class KeyQueue {
     // callers. A list, not a deque: an empty std::list allocates nothing,
     // and most keys never have a waiter (libstdc++'s deque allocates on
     // construction).
-    std::unordered_map<std::string, std::list<Waiter>> keys;  // guarded by mu
+    using Map = std::unordered_map<std::string, std::list<Waiter>>;
+    Map keys;  // guarded by mu
+    // Entries of released keys kept for the next new key of this shard
+    // (their key strings keep their capacity): a free key's acquire and
+    // release then allocate nothing. At most kSpareEntries; guarded by mu.
+    std::vector<Map::node_type> spare;
+    Shard() { spare.reserve(kSpareEntries); }
   };
   Shard& ShardFor(const std::string& key) { return shards_[ShardOf(key)]; }
+  // Adds `key` (absent) to the shard, in a spare entry when there is one;
+  // Erase keeps the entry as a spare while there is room. Both under mu.
+  static Shard::Map::iterator Insert(Shard& shard, const std::string& key);
+  static void Erase(Shard& shard, Shard::Map::iterator it);
 
   const size_t max_waiting_per_key_;
   std::array<Shard, kShards> shards_;

@@ -39,19 +39,22 @@ const char* NonDigitReason(char c) {
 
 TokenParse ParseTokenValue(std::string_view value) {
   if (value.empty()) return Malformed("token is empty");
-  for (char c : value) {
-    if (c < '0' || c > '9') return Malformed(NonDigitReason(c));
-  }
-  if (value.size() > kMaxTokenDigits) return Malformed("token has more than 20 digits");
-
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  // Up to 19 digits cannot overflow (10^19 - 1 < 2^64 - 1): only a 20-digit
+  // value needs the check. A longer one is refused after the loop, once every
+  // byte is known to be a digit (what it accumulates then does not matter).
+  const bool may_overflow = value.size() == kMaxTokenDigits;
+  bool overflow = false;
   uint64_t v = 0;
   for (char c : value) {
+    if (c < '0' || c > '9') return Malformed(NonDigitReason(c));
     const auto d = static_cast<uint64_t>(c - '0');
     // v * 10 + d <= kMax  <=>  v <= (kMax - d) / 10  (exact in integers).
-    if (v > (kMax - d) / 10) return Malformed("token is larger than 18446744073709551615");
+    overflow = overflow || (may_overflow && v > (kMax - d) / 10);
     v = v * 10 + d;
   }
+  if (value.size() > kMaxTokenDigits) return Malformed("token has more than 20 digits");
+  if (overflow) return Malformed("token is larger than 18446744073709551615");
   TokenParse p;
   p.status = TokenStatus::kOk;
   p.value = v;

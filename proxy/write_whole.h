@@ -38,7 +38,7 @@ void WriteWhole(Stream& stream, WholeMessage pieces, Deadline& deadline,
   if (stream.socket().non_blocking()) {
     boost::system::error_code ec;
     size_t n = stream.socket().write_some(rest, ec);
-    if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) {
+    if (ec && (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again)) {
       n = 0;
     } else if (ec || n == boost::beast::buffer_bytes(rest)) {
       return done(ec, true);

@@ -191,10 +191,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CanonicalTarget target;
   const PathError err = fencegate::proxy::CanonicalizeTarget(target_text, &target);
   FUZZ_CHECK(fencegate::proxy::PathErrorMessage(err) != nullptr);
+  {
+    CanonicalTarget walked;
+    FUZZ_CHECK(fencegate::proxy::detail::CanonicalizeTargetWalk(target_text, &walked) == err);
+  }
   if (err != PathError::kNone) {
     if (has_template) CheckTemplate(template_text, "/", tenant);
     return 0;
   }
+
+  // The shortcut for a path that is canonical already agrees with the walk.
+  CanonicalTarget walked;
+  FUZZ_CHECK(fencegate::proxy::detail::CanonicalizeTargetWalk(target_text, &walked) ==
+             PathError::kNone);
+  FUZZ_CHECK(walked.path == target.path && walked.query == target.query &&
+             walked.has_query == target.has_query);
 
   const std::string_view raw = target_text.substr(0, target_text.find('?'));
   CheckCanonicalShape(target.path);

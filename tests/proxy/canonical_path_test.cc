@@ -280,5 +280,35 @@ TEST(CanonicalTarget, MatchesReferenceOnRandomPaths) {
   EXPECT_GT(escapes, 500);
 }
 
+// Most paths are canonical already, and CanonicalizeTarget copies them
+// without the segment walk: whatever the target, the two give the same
+// answer. Targets whose path is kept as it came (the shortcut's, and a few
+// walked ones such as "%C3") and targets whose path changes both occur.
+TEST(CanonicalPath, ShortcutAgreesWithTheWalk) {
+  const std::vector<std::string> pieces = {"/", "a", "Zz9", ".", "..", "%2e", "%41", "%2F",
+                                           "%c3", "%", "!", "~", "?", "q=1", " ", "\0"s};
+  std::mt19937 rng(20261203);
+  std::uniform_int_distribution<size_t> pick(0, pieces.size() - 1);
+  std::uniform_int_distribution<int> len(0, 10);
+  int unchanged = 0, changed = 0;
+  for (int iter = 0; iter < 50000; ++iter) {
+    std::string target = "/";
+    for (int n = len(rng); n > 0; --n) target += pieces[pick(rng)];
+    CanonicalTarget fast, walk;
+    fast.path = "left over from an earlier request";
+    fast.query = "old=1";
+    const PathError e = CanonicalizeTarget(target, &fast);
+    ASSERT_EQ(e, detail::CanonicalizeTargetWalk(target, &walk)) << target;
+    if (e != PathError::kNone) continue;
+    EXPECT_EQ(fast.path, walk.path) << target;
+    EXPECT_EQ(fast.query, walk.query) << target;
+    EXPECT_EQ(fast.has_query, walk.has_query) << target;
+    const std::string_view raw = std::string_view(target).substr(0, target.find('?'));
+    ++(fast.path == raw ? unchanged : changed);
+  }
+  EXPECT_GT(unchanged, 1000);
+  EXPECT_GT(changed, 1000);
+}
+
 }  // namespace
 }  // namespace fencegate::proxy

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/proxy/shard_keys.h"
+
 namespace fencegate::proxy {
 namespace {
 
@@ -172,6 +174,48 @@ TEST(KeyQueue, OnQueuedDoesNotBlockAcquireOfAKeyInAnotherShard) {
   ioc.poll();
   EXPECT_EQ(held.size(), 2u);
   EXPECT_EQ(q.active_keys(), 2u);
+}
+
+// A released key's entry is kept and serves the next new key of its shard
+// (KeyQueue::Shard::spare). Each key must still be found under its own name:
+// with an entry reused under its old name, the second write of `c` below
+// would not wait, and `a` would find itself busy.
+TEST(KeyQueue, ARecycledEntryTakesTheNewKeysName) {
+  io_context ioc;
+  KeyQueue q;
+  // Longer than a std::string keeps inline, all in one shard.
+  const std::vector<std::string> keys = testing::KeysOfOneShard("/objects/tenant/key-", 4);
+  std::vector<KeyLease> held;
+  auto hold = [&](KeyLease l) { held.push_back(std::move(l)); };
+  // Three keys at once, then all released: two entries are kept (the
+  // bound), one is freed.
+  for (int i = 0; i < 3; ++i) q.Acquire(keys[i], ioc.get_executor(), hold);
+  ioc.poll();
+  ioc.restart();
+  ASSERT_EQ(held.size(), 3u);
+  held.clear();
+  EXPECT_EQ(q.active_keys(), 0u);
+  // A fourth key, then itself again: the second waits behind the first.
+  q.Acquire(keys[3], ioc.get_executor(), hold);
+  bool second_ran = false;
+  q.Acquire(keys[3], ioc.get_executor(), [&](KeyLease l) {
+    second_ran = true;
+    held.push_back(std::move(l));
+  });
+  // A released key is free again: no wait.
+  q.Acquire(keys[0], ioc.get_executor(), hold);
+  ioc.poll();
+  ioc.restart();
+  EXPECT_FALSE(second_ran);
+  EXPECT_EQ(q.waiting(), 1u);
+  EXPECT_EQ(q.active_keys(), 2u);
+  ASSERT_EQ(held.size(), 2u);
+  held.front().Release();  // the fourth key's first write: its second's turn
+  ioc.poll();
+  EXPECT_TRUE(second_ran);
+  held.clear();
+  EXPECT_EQ(q.active_keys(), 0u);
+  EXPECT_EQ(q.waiting(), 0u);
 }
 
 TEST(KeyQueue, KeysSpreadOverTheShards) {

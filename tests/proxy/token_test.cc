@@ -86,7 +86,10 @@ INSTANTIATE_TEST_SUITE_P(
         // More than 20 digits, even when the value is small.
         BadToken{"000000000000000000034", "20 digits"},
         BadToken{"000000000000000000000", "20 digits"},
-        BadToken{"123456789012345678901", "20 digits"}));
+        BadToken{"123456789012345678901", "20 digits"},
+        // A byte that is not a digit is named first, whatever the length.
+        BadToken{"9999999999999999999a", "digits"}, BadToken{"99999999999999999999a", "digits"},
+        BadToken{"99999999999999999999999 ", "whitespace"}));
 
 TEST(TokenHeaders, NoHeaderIsMissing) {
   const TokenParse p = ParseTokenHeaders({});
