@@ -407,15 +407,15 @@ bool IsValidRequestId(std::string_view id) {
   return true;
 }
 
-std::string NewRequestId() {
+void NewRequestId(std::string* id) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
+  id->resize(32);
+  char* out = id->data();
   for (int half = 0; half < 2; ++half) {
     uint64_t v = rng();
-    for (int i = 0; i < 16; ++i) id[half * 16 + i] = kHex[(v >> (i * 4)) & 0xF];
+    for (int i = 0; i < 16; ++i) out[half * 16 + i] = kHex[(v >> (i * 4)) & 0xF];
   }
-  return id;
 }
 
 bool ExpectsContinue(const http::fields& fields) {

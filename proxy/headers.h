@@ -41,8 +41,10 @@ void SetForwardingFields(const boost::beast::http::fields& in, boost::beast::htt
 // A request id a client may choose: 1..128 of [A-Za-z0-9._:-]. Anything else
 // is replaced by a generated one.
 bool IsValidRequestId(std::string_view id);
-// 32 lowercase hex digits from a per-thread random generator.
-std::string NewRequestId();
+// Sets *id to 32 lowercase hex digits from a per-thread random generator
+// (in the string's own buffer: a session's id is rewritten, not reallocated,
+// request after request).
+void NewRequestId(std::string* id);
 
 // True when the request carries "Expect: 100-continue".
 bool ExpectsContinue(const boost::beast::http::fields& fields);

@@ -242,9 +242,9 @@ void HttpSession::OnReadHeader(ec_t ec) {
   auto& req = req_parser_->get();
   request_keep_alive_ = req.keep_alive();
   if (auto id = req.find("X-Request-Id"); id != req.end() && IsValidRequestId(id->value())) {
-    request_id_ = std::string(id->value());
+    request_id_.assign(id->value());
   } else {
-    request_id_ = NewRequestId();
+    NewRequestId(&request_id_);
   }
 
   if (HeadProblem problem = CheckHead(req, &target_); !problem.ok()) {

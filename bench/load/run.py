@@ -15,8 +15,11 @@ Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
                /objects/, a RocksDB store in the temp dir (not tmpfs: fsync
                is real), restarted per scenario with its durability.
 Then drives wrk (Lua scripts in this folder) for every scenario and
-concurrency, interleaving the targets A B C A B C so drift hits all three,
-prints a table and writes JSON. Finally measures fencegate's resident size
+concurrency, interleaving the targets round by round, A B C then C B A
+(--order alternate, the default since session 29), so that drift and each
+target's place in a round hit all of them alike (in a fixed order the
+target right after nginx ran 2-5% slower than the one after it: README,
+"Where it stands", s29), prints a table and writes JSON. Finally measures fencegate's resident size
 idle and with many open connections (/proc/PID/status VmRSS).
 
 --quick runs a few seconds in total and only proves the harness works: it
@@ -448,6 +451,16 @@ def run_wrk(args, url, scenario, conns, duration):
     return {"failed": f"wrk exit {out.returncode}: {out.stderr.strip()[-300:]}"}
 
 
+def round_order(targets, rnd, order):
+    """The targets of round `rnd` (from 0) in the order they run: as given, or
+    with --order alternate reversed in every odd round, so that over two
+    rounds each target runs once early and once late, after different
+    neighbours."""
+    if order == "alternate" and rnd % 2 == 1:
+        return tuple(reversed(targets))
+    return tuple(targets)
+
+
 def summarize(rounds):
     ok = [r for r in rounds if "failed" not in r]
     if not ok:
@@ -865,6 +878,13 @@ def self_test():
         if got != want:
             failures.append(f"{what}: got {got!r}, want {want!r}")
 
+    # The order of the targets: reversed in odd rounds only with "alternate".
+    abc = ("direct", "nginx", "fencegate", "fg_pass")
+    check("order r0", round_order(abc, 0, "alternate"), abc)
+    check("order r1", round_order(abc, 1, "alternate"), tuple(reversed(abc)))
+    check("order r2", round_order(abc, 2, "alternate"), abc)
+    check("order fixed", round_order(abc, 1, "fixed"), abc)
+
     # n = 5: only [min, max] reaches 90% (1 - 2/32 = 93.75%).
     check("n=5", median_interval([3, 1, 5, 2, 4]),
           {"low": 1, "high": 5, "coverage": 0.938, "rounds": 5})
@@ -945,6 +965,9 @@ def main():
     ap.add_argument("--wrk-threads", type=int, default=2)
     ap.add_argument("--duration", type=int, default=3, help="seconds per wrk run")
     ap.add_argument("--rounds", type=int, default=2, help="A B C repetitions per point")
+    ap.add_argument("--order", choices=("alternate", "fixed"), default="alternate",
+                    help="targets in a round: A B C then C B A in the next (alternate), or "
+                         "A B C every round (fixed: runs before session 29)")
     ap.add_argument("--conns", default="1,16,64,256")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--access-log", action="store_true", help="fencegate log.access_log: true")
@@ -1023,6 +1046,7 @@ def main():
         "nginx_proxy_workers": args.threads, "nginx_keepalive": args.nginx_keepalive,
         "backend_workers": args.backend_workers,
         "wrk_threads": args.wrk_threads, "duration_s": args.duration, "rounds": args.rounds,
+        "order": args.order,
         "access_log": args.access_log, "cpus": os.cpu_count(), "kernel": platform.release(),
         "loadavg_start": os.getloadavg(),
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
@@ -1070,7 +1094,7 @@ def main():
                     rounds = {t: [] for t in sc_targets}
                     fsyncs = []
                     for rnd in range(args.rounds):
-                        for t in sc_targets:
+                        for t in round_order(sc_targets, rnd, args.order):
                             counter = recorder = None
                             if sc == "put_sync" and t == "fencegate":
                                 counter = count_fsyncs_start(fg.pid, args.duration)

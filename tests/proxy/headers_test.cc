@@ -454,5 +454,21 @@ TEST(AdminFenceBody, TokenAsNumberOrDecimalString) {
   EXPECT_EQ(ParseFenceBody(""), std::nullopt);
 }
 
+// A generated id replaces whatever the string held (a session reuses its
+// string request after request): 32 lowercase hex digits, a new one each
+// time, and an id a client could have sent.
+TEST(RequestId, GeneratedIdsAreNewHexOfLength32) {
+  std::string id = "a client's id that was longer than thirty-two bytes";
+  NewRequestId(&id);
+  const std::string first = id;
+  NewRequestId(&id);
+  for (const std::string& v : {first, id}) {
+    ASSERT_EQ(v.size(), 32u) << v;
+    for (char c : v) EXPECT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << v;
+    EXPECT_TRUE(IsValidRequestId(v));
+  }
+  EXPECT_NE(first, id);
+}
+
 }  // namespace
 }  // namespace fencegate::proxy
