@@ -34,15 +34,22 @@ const char* KeyErrorMessage(KeyTemplate::ExpandError e) {
 
 }  // namespace
 
-WriteIntent Classify(const FenceSettings& settings, const Router& router,
-                     std::string_view method, std::string_view canonical_path,
-                     const boost::beast::http::fields& headers) {
-  WriteIntent intent;
+void Classify(const FenceSettings& settings, const Router& router, std::string_view method,
+              std::string_view canonical_path, const boost::beast::http::fields& headers,
+              WriteIntent* out) {
+  // Every field set again; the strings keep their buffers.
+  WriteIntent& intent = *out;
+  intent.kind = WriteIntent::Kind::kPassThrough;
+  intent.reply.reset();
+  intent.key.clear();
+  intent.token = 0;
+  intent.shadow = false;
+  intent.shadow_violation.clear();
   RouteMatch match = router.Match(method, canonical_path);
   intent.route = match.route;
   if (!match.route || !match.fenced) {
     intent.outcome = "forwarded";
-    return intent;
+    return;
   }
   intent.shadow = match.route->mode == config::RouteMode::kShadow;
 
@@ -62,7 +69,7 @@ WriteIntent Classify(const FenceSettings& settings, const Router& router,
     intent.reply = MakeError(http::status::bad_request, "bad_key", KeyErrorMessage(key_error),
                              {{"route", match.route->name}});
     intent.key.clear();
-    return intent;
+    return;
   }
 
   // Step 1: the token. Two values are as many as ParseTokenHeaders needs to
@@ -94,7 +101,7 @@ WriteIntent Classify(const FenceSettings& settings, const Router& router,
     intent.kind = WriteIntent::Kind::kFence;
     intent.token = token.value;
     intent.outcome = "forwarded";
-    return intent;
+    return;
   }
   if (intent.shadow) {
     // Shadow mode never refuses: forward unfenced, remember what would have happened.
@@ -102,9 +109,16 @@ WriteIntent Classify(const FenceSettings& settings, const Router& router,
     intent.kind = WriteIntent::Kind::kPassThrough;
     intent.outcome = "forwarded";
     intent.reply.reset();
-    return intent;
+    return;
   }
   intent.kind = WriteIntent::Kind::kReject;
+}
+
+WriteIntent Classify(const FenceSettings& settings, const Router& router,
+                     std::string_view method, std::string_view canonical_path,
+                     const boost::beast::http::fields& headers) {
+  WriteIntent intent;
+  Classify(settings, router, method, canonical_path, headers, &intent);
   return intent;
 }
 

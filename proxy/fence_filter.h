@@ -52,6 +52,11 @@ struct FenceSettings {
 WriteIntent Classify(const FenceSettings& settings, const Router& router,
                      std::string_view method, std::string_view canonical_path,
                      const boost::beast::http::fields& headers);
+// The same into *out, whose strings keep their buffers (a session classifies
+// request after request into one WriteIntent, without allocating its key).
+void Classify(const FenceSettings& settings, const Router& router, std::string_view method,
+              std::string_view canonical_path, const boost::beast::http::fields& headers,
+              WriteIntent* out);
 
 // The verdict of Check for a kFence intent.
 struct FenceVerdict {

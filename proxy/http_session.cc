@@ -252,8 +252,8 @@ void HttpSession::OnReadHeader(ec_t ec) {
     return SendReply(MakeError(http::status::bad_request, problem.code, problem.message),
                      "bad_request");
   }
-  intent_ = Classify(ctx_.fence_settings, *ctx_.router, req.method_string(), target_.path,
-                     req.base());
+  Classify(ctx_.fence_settings, *ctx_.router, req.method_string(), target_.path, req.base(),
+           &intent_);
   if (!intent_.shadow_violation.empty()) {
     ctx_.fence->CountShadowViolation();
     spdlog::warn("shadow: would have refused {} {} ({}), forwarding", req.method_string(),

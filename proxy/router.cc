@@ -98,7 +98,7 @@ std::optional<KeyTemplate> KeyTemplate::Compile(std::string_view text, std::stri
 }
 
 KeyTemplate::ExpandError KeyTemplate::Expand(std::string_view path,
-                                             const std::vector<std::string>& captures,
+                                             std::span<const std::string> captures,
                                              const HeaderLookup& headers, std::string* out) const {
   out->clear();
   for (const Part& part : parts_) {

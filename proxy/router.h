@@ -3,10 +3,12 @@
 // config's routes (immutable, shared by all threads) and answers, for a
 // method and canonical path, which route applies and what key it fences.
 
+#include <boost/container/small_vector.hpp>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <regex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +33,7 @@ class KeyTemplate {
   // a capture that did not participate expands to ""), and headers.
   // Errors: a referenced header is absent or empty (kMissingHeader), the key is
   // empty, longer than kMaxKeyBytes, or contains a control byte/NUL.
-  ExpandError Expand(std::string_view path, const std::vector<std::string>& captures,
+  ExpandError Expand(std::string_view path, std::span<const std::string> captures,
                      const HeaderLookup& headers, std::string* out) const;
 
   int max_capture() const { return max_capture_; }  // highest {N} used, 0 if none
@@ -56,9 +58,13 @@ struct Route {
   config::RouteMode mode = config::RouteMode::kEnforce;
 };
 
-struct RouteMatch {
+// (bugprone-exception-escape: small_vector's implicit move is not declared
+// noexcept; it moves std::strings, whose move does not throw.)
+struct RouteMatch {  // NOLINT(bugprone-exception-escape)
   const Route* route = nullptr;        // nullptr: no route matched -> pass through
-  std::vector<std::string> captures;   // [0] = whole match, [1..] groups
+  // [0] = whole match, [1..] groups. Inline up to two (a prefix route has
+  // one): matching a write allocates nothing for them.
+  boost::container::small_vector<std::string, 2> captures;
   bool fenced = false;                 // a route matched and its mode is not off
 };
 

@@ -66,6 +66,44 @@ TEST_F(FenceFilterTest, UnmatchedPathAndUnfencedMethodPassThrough) {
   EXPECT_EQ(Classify("GET", "/objects/a", std::nullopt).kind, WriteIntent::Kind::kPassThrough);
 }
 
+// A session classifies request after request into one WriteIntent: each
+// decision leaves nothing of the one before (the reply, the key, shadow).
+TEST_F(FenceFilterTest, ClassifyingIntoAnEarlierIntentLeavesNothingOfIt) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce),
+             RouteAt("/shadow/", config::RouteMode::kShadow)});
+  struct Case {
+    std::string method, path;
+    std::optional<std::string> token;
+  };
+  const std::vector<Case> cases = {
+      {"PUT", "/objects/a-key-longer-than-fifteen-bytes", std::nullopt},  // 428, key named
+      {"GET", "/objects/a", std::nullopt},                                // pass through
+      {"PUT", "/shadow/b", "x"},            // shadow: forwarded, violation noted
+      {"PUT", "/objects/c", "7"},           // fenced
+      {"PUT", "/objects/d", "0x1"},         // 400 bad_token
+      {"PUT", "/other/e", std::nullopt},    // no route
+      {"PUT", "/shadow/f", "8"},            // shadow, fenced
+  };
+  WriteIntent reused;
+  for (const Case& c : cases) {
+    http::fields headers;
+    if (c.token) headers.set("Fencing-Token", *c.token);
+    const WriteIntent fresh = proxy::Classify(settings_, *router_, c.method, c.path, headers);
+    proxy::Classify(settings_, *router_, c.method, c.path, headers, &reused);
+    EXPECT_EQ(reused.kind, fresh.kind) << c.path;
+    EXPECT_EQ(reused.route, fresh.route) << c.path;
+    EXPECT_EQ(reused.outcome, fresh.outcome) << c.path;
+    EXPECT_EQ(reused.key, fresh.key) << c.path;
+    EXPECT_EQ(reused.token, fresh.token) << c.path;
+    EXPECT_EQ(reused.shadow, fresh.shadow) << c.path;
+    EXPECT_EQ(reused.shadow_violation, fresh.shadow_violation) << c.path;
+    ASSERT_EQ(reused.reply.has_value(), fresh.reply.has_value()) << c.path;
+    if (fresh.reply) {
+      EXPECT_EQ(reused.reply->body(), fresh.reply->body()) << c.path;
+    }
+  }
+}
+
 TEST_F(FenceFilterTest, MissingTokenIs428WithKey) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   WriteIntent i = Classify("PUT", "/objects/a", std::nullopt);
