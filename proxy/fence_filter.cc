@@ -37,14 +37,12 @@ const char* KeyErrorMessage(KeyTemplate::ExpandError e) {
 void Classify(const FenceSettings& settings, const Router& router, std::string_view method,
               std::string_view canonical_path, const boost::beast::http::fields& headers,
               WriteIntent* out) {
-  // Every field set again; the strings keep their buffers.
+  // A fresh intent, but for the key's buffer, which it keeps.
+  std::string key = std::move(out->key);
+  key.clear();
+  *out = WriteIntent{};
+  out->key = std::move(key);
   WriteIntent& intent = *out;
-  intent.kind = WriteIntent::Kind::kPassThrough;
-  intent.reply.reset();
-  intent.key.clear();
-  intent.token = 0;
-  intent.shadow = false;
-  intent.shadow_violation.clear();
   RouteMatch match = router.Match(method, canonical_path);
   intent.route = match.route;
   if (!match.route || !match.fenced) {

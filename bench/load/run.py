@@ -17,9 +17,10 @@ Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
 Then drives wrk (Lua scripts in this folder) for every scenario and
 concurrency, interleaving the targets round by round, A B C then C B A
 (--order alternate, the default since session 29), so that drift and each
-target's place in a round hit all of them alike (in a fixed order the
-target right after nginx ran 2-5% slower than the one after it: README,
-"Where it stands", s29), prints a table and writes JSON. Finally measures fencegate's resident size
+target's place in a round hit all of them alike (in the fixed order of
+the runs before, fencegate always ran right after nginx, and sessions 18
+and 20 saw put_sync move by 1-9% with its place: README, "Where it
+stands"), prints a table and writes JSON. Finally measures fencegate's resident size
 idle and with many open connections (/proc/PID/status VmRSS).
 
 --quick runs a few seconds in total and only proves the harness works: it
