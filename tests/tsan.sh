@@ -10,8 +10,8 @@
 #   TSAN_REPEAT=20 bash tests/tsan.sh
 #
 # Any ThreadSanitizer report fails it (halt_on_error). tests/tsan.supp holds
-# the suppressions, one, for a false report about RocksDB's own memtable
-# (Debian's library is not built with TSan); the file says why.
+# the suppressions, two, for false reports inside RocksDB's own memtable and
+# arena (Debian's library is not built with TSan); the file says why.
 #
 # Environment:
 #   FENCEGATE_TSAN_BUILD_DIR  build directory (default build-tsan/ at the repo root)
