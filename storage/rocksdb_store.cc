@@ -7,21 +7,24 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/write_batch.h>
 
+#include "storage/journal.h"
 #include "storage/rocksdb_support.h"
 
 namespace fencegate::storage {
 namespace {
 
+// While a switch's journal segments wait for its flush, the idle writer
+// looks whether the flush is done this often.
+constexpr std::chrono::milliseconds kJournalCheck{50};
+
 // Decide's batch keeps a buffer up to this size between batches.
 constexpr size_t kKeptBatchBytes = 64u << 10;
 
-// Syncs the WAL (and the records before it) with an empty synced write.
-// DB::SyncWAL() would refuse the WAL that async durability writes through
-// a memory map (rocksdb_support::NewMappedWalEnv): it syncs from outside
-// the write path, which RocksDB allows only for files whose Sync is
-// thread-safe. A write's own sync runs in the write path.
+// Proves that the disk takes synced writes again (recovery): an empty write
+// that syncs RocksDB's WAL.
 rocksdb::Status SyncWal(rocksdb::DB* db) {
   rocksdb::WriteBatch empty;
   rocksdb::WriteOptions wo;
@@ -45,25 +48,33 @@ Status RocksDbStore::Open(const RocksDbStoreOptions& options,
   if (options.max_batch == 0 || options.max_queued == 0) {
     return Status::InvalidArgument("max_batch and max_queued must be > 0");
   }
-  RocksDbStoreOptions opened = options;
-  std::unique_ptr<rocksdb::Env> wal_env = rocksdb_support::NewMappedWalEnv(options);
-  if (wal_env) opened.env = wal_env.get();
+  std::shared_ptr<rocksdb::FileSystem> fs =
+      (options.env != nullptr ? options.env : rocksdb::Env::Default())->GetFileSystem();
   std::unique_ptr<rocksdb::DB> db;
-  if (Status s = rocksdb_support::OpenDb(opened, &db); !s.ok()) return s;
-  result->reset(new RocksDbStore(opened, std::move(wal_env), std::move(db)));
+  if (Status s = rocksdb_support::OpenDb(options, &db); !s.ok()) return s;
+  // What an async run left in the journal (under either durability now).
+  uint64_t last_index = 0;
+  if (Status s = rocksdb_support::ReplayJournal(db.get(), fs.get(), options.path, &last_index);
+      !s.ok()) {
+    return s;
+  }
+  result->reset(new RocksDbStore(options, std::move(fs), last_index + 1, std::move(db)));
   return Status::Ok();
 }
 
 RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
-                           std::unique_ptr<rocksdb::Env> wal_env,
-                           std::unique_ptr<rocksdb::DB> db)
-    : wal_env_(std::move(wal_env)),
-      options_(options),
+                           std::shared_ptr<rocksdb::FileSystem> fs,
+                           uint64_t journal_index, std::unique_ptr<rocksdb::DB> db)
+    : options_(options),
+      fs_(std::move(fs)),
       db_(std::move(db)),
       decide_on_caller_(options.decide_on_caller &&
                         options.durability == Durability::kAsync),
       free_space_(std::make_unique<rocksdb_support::FreeSpaceGuard>(options.path)),
       changes_(std::make_unique<rocksdb::WriteBatch>()) {
+  if (options.durability == Durability::kAsync) {
+    journal_ = std::make_unique<rocksdb_support::Journal>(fs_, options.path, journal_index);
+  }
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
   writer_id_ = writer_.get_id();
@@ -286,6 +297,7 @@ void RocksDbStore::WriterLoop() {
   for (;;) {
     batch.clear();
     bool recover = false;
+    bool check_journal = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Never while a caller decides on its own thread (the lane is busy):
@@ -303,13 +315,22 @@ void RocksDbStore::WriterLoop() {
             recover = true;
             break;
           }
+        } else if (journal_switched_upto_ > 0) {
+          // The last switch's journal segments wait for its flush.
+          if (!writer_cv_.wait_for(lock, kJournalCheck, [&] { return ready() || failed_; })) {
+            check_journal = true;
+            break;
+          }
+          if (ready()) break;
         } else {
           // A caller's failed write sets failed_: then wait for the timer.
           writer_cv_.wait(lock, [&] { return ready() || failed_; });
           if (ready()) break;
         }
       }
-      if (!recover) {
+      if (check_journal) {
+        // Not the lane: deleting flushed segments touches no Journal state.
+      } else if (!recover) {
         if (write_queue_.empty() && closing_) return;  // all answered
         size_t n = std::min(options_.max_batch, write_queue_.size());
         for (size_t i = 0; i < n; ++i) {
@@ -317,8 +338,14 @@ void RocksDbStore::WriterLoop() {
           write_queue_.pop_front();
         }
       }
-      lane_busy_ = true;
-      flush_due_ = false;
+      if (!check_journal) {
+        lane_busy_ = true;
+        flush_due_ = false;
+      }
+    }
+    if (check_journal) {
+      DeleteFlushedJournal();
+      continue;
     }
     if (recover) {
       if (Status s = Recover(/*probe=*/true); s.ok()) {
@@ -342,13 +369,34 @@ void RocksDbStore::FlushIfDue() {
   // thread): the switch to a new memtable and WAL file is all that happens
   // here. A failure shows on the next write, which then fails and recovers
   // as any failed write does; the count starts again either way.
+  if (journal_ != nullptr) {
+    DeleteFlushedJournal();
+    journal_->Rotate();  // every record so far is in a closed segment
+  }
   rocksdb::FlushOptions flush;
   flush.wait = false;
   flush.allow_write_stall = true;
   rocksdb::Status s = db_->Flush(flush);
-  (void)s;
+  // A switch that failed leaves the closed segments for a later switch.
+  if (s.ok() && journal_ != nullptr) journal_switched_upto_ = journal_->last_closed();
   wal_bytes_ = 0;
   flushes_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RocksDbStore::DeleteFlushedJournal() {
+  // The segments of the last switch can go once its memtable (and any that
+  // RocksDB switched by itself before it) reached a table file: when no
+  // immutable memtable is left. Tried again later if not yet, or if a
+  // segment fails to go.
+  uint64_t immutable = 1;
+  if (journal_switched_upto_ == 0 || db_ == nullptr ||
+      !db_->GetIntProperty(rocksdb::DB::Properties::kNumImmutableMemTable, &immutable) ||
+      immutable != 0) {
+    return;
+  }
+  if (rocksdb_support::DeleteJournal(fs_.get(), options_.path, journal_switched_upto_).ok()) {
+    journal_switched_upto_ = 0;
+  }
 }
 
 Status RocksDbStore::Recover(bool probe) {
@@ -367,8 +415,21 @@ Status RocksDbStore::Recover(bool probe) {
     }
     std::unique_ptr<rocksdb::DB> db;
     if (Status s = rocksdb_support::OpenDb(options_, &db); !s.ok()) return s;
+    // Under kAsync the memtables were lost with the old database: the whole
+    // journal, the open segment too, goes back in (and is then deleted).
+    if (journal_ != nullptr) journal_->Rotate();
+    uint64_t last_index = 0;
+    if (Status s = rocksdb_support::ReplayJournal(db.get(), fs_.get(), options_.path, &last_index);
+        !s.ok()) {
+      return s;
+    }
+    journal_switched_upto_ = 0;
     db_ = std::move(db);
     reopens_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (journal_ != nullptr && !journal_->has_segment()) {
+    // A failed append gave its segment up: the disk must take a new file.
+    if (Status s = rocksdb_support::ProbeDisk(options_); !s.ok()) return s;
   }
   if (!probe) return Status::Ok();
   // Proves the disk writes again.
@@ -450,7 +511,18 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     // The caller's thread never waits for a write stall (RocksDB answers
     // Incomplete and writes nothing); the writer thread does.
     wo.no_slowdown = from_caller;
-    rocksdb::Status s = db_->Write(wo, &changes);
+    rocksdb::Status s;
+    if (journal_ != nullptr) {
+      // Journal first, then the memtable. Should RocksDB then refuse the
+      // write (a stall from the caller's thread, an error), the record
+      // replays a token nobody was told was accepted: harmless, as with a
+      // WAL record whose write failed ("Failure" in rocksdb_store.h).
+      wo.disableWAL = true;
+      if (Status j = journal_->Append(changes.Data()); !j.ok()) {
+        s = rocksdb::Status::IOError(j.message());
+      }
+    }
+    if (s.ok()) s = db_->Write(wo, &changes);
     if (from_caller && s.IsIncomplete()) return false;
     db_writes_.fetch_add(1, std::memory_order_relaxed);
     if (s.ok()) {
@@ -527,10 +599,18 @@ Status RocksDbStore::Close() {
     // that was acknowledged is already as durable as the durability allows.
     std::lock_guard<std::mutex> lock(mu_);
     status = health_;
-  } else if (options_.durability == Durability::kAsync) {
-    // Acknowledged writes may sit unsynced in the WAL (under kSync every
-    // batch was synced before it was answered).
-    status = FromRocks(SyncWal(db_.get()), "syncing the token store WAL at close");
+  } else if (journal_ != nullptr) {
+    // Acknowledged writes may sit in the memtable with only the journal
+    // (page cache) behind them (under kSync every batch was synced before
+    // it was answered): flush them to table files, then the journal can go.
+    rocksdb::FlushOptions flush;
+    flush.wait = true;
+    flush.allow_write_stall = true;
+    status = FromRocks(db_->Flush(flush), "flushing the token store at close");
+    journal_->Rotate();
+    if (status.ok()) {
+      status = rocksdb_support::DeleteJournal(fs_.get(), options_.path, journal_->last_closed());
+    }
   }
   if (db_ != nullptr) {
     Status closed = FromRocks(db_->Close(), "closing the token store");

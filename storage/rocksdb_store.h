@@ -30,10 +30,10 @@
 //    (ReadOptions::read_tier = kBlockCacheTier) and writes with
 //    WriteOptions::no_slowdown; if the key is not cached or the write would
 //    stall, it decides and writes nothing and queues the request for the
-//    writer, ahead of anything queued meanwhile. Its WAL append is a copy
-//    into the WAL's memory map (rocksdb_support::NewMappedWalEnv; no fsync
-//    under kAsync): no system call but, now and then, a statvfs for the
-//    free-space check below and a new region of the map every 1 MiB. One
+//    writer, ahead of anything queued meanwhile. Its log record is a copy
+//    into the journal's memory map (see "Durability" below): no system
+//    call but, now and then, a statvfs for the free-space check below and
+//    a new region of the map every 1 MiB. One
 //    holder at a time (the "lane") decides, so call order is kept exactly
 //    as with the writer alone. Requests made while a caller decides queue, and that caller
 //    then decides one batch of them too (under the same rules), so that
@@ -45,6 +45,18 @@
 // only enqueues, or decides on the calling thread). Immediate errors (store
 // closed, key too long, queue full) run the handler on the caller's thread
 // before the call returns, as token_store.h allows.
+//
+// Durability. Under kSync every batch goes to RocksDB's WAL with
+// WriteOptions::sync (one fsync per batch). Under kAsync RocksDB's WAL is
+// off (WriteOptions::disableWAL) and each batch's bytes go first to the
+// journal (storage/journal.h: copied into a memory-mapped file, in the page
+// cache before the write is answered, so a killed process loses nothing
+// acknowledged). Every wal_bytes_per_flush bytes the writer thread closes
+// the journal's segment and switches the memtable; a closed segment is
+// deleted once RocksDB has flushed every memtable that held its records.
+// Open (and a reopen during recovery) replays what is left of the journal,
+// under either durability, flushes it and deletes it; a clean Close flushes
+// the memtables and deletes the journal.
 //
 // Disk space. Before each write the writer checks that the data dir's file
 // system has rocksdb_support::kMinFreeBytes (4 MiB) free; below that the
@@ -89,6 +101,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class FileSystem;
 class WriteBatch;
 }  // namespace rocksdb
 
@@ -96,6 +109,7 @@ namespace fencegate::storage {
 
 namespace rocksdb_support {
 class FreeSpaceGuard;
+class Journal;
 }  // namespace rocksdb_support
 
 struct RocksDbStoreOptions {
@@ -215,7 +229,8 @@ class RocksDbStore : public TokenStore {
     GetHandler handler;
   };
 
-  RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::Env> wal_env,
+  RocksDbStore(const RocksDbStoreOptions& options,
+               std::shared_ptr<rocksdb::FileSystem> fs, uint64_t journal_index,
                std::unique_ptr<rocksdb::DB> db);
 
   void Enqueue(bool raise, std::string key, uint64_t token,
@@ -246,14 +261,17 @@ class RocksDbStore : public TokenStore {
                    bool cache_only = false) const;
   void SetHealth(Status status);
   // Holding the lane, on the writer thread: switches the memtable when
-  // wal_bytes_per_flush bytes went to the WAL since the last switch.
+  // wal_bytes_per_flush bytes went to the WAL since the last switch, and
+  // under kAsync starts a new journal segment first.
   void FlushIfDue();
+  // Writer thread (the lane is not needed): deletes the journal segments up
+  // to journal_switched_upto_ once RocksDB has flushed their memtables.
+  void DeleteFlushedJournal();
 
-  // Under kAsync, the Env that writes the WAL through a memory map
-  // (rocksdb_support::NewMappedWalEnv); options_.env points to it. Declared
-  // before db_, so it outlives the database.
-  const std::unique_ptr<rocksdb::Env> wal_env_;
   const RocksDbStoreOptions options_;
+  // The file system under the database (options.env's, or the default);
+  // the journal's segments are written and replayed through it.
+  const std::shared_ptr<rocksdb::FileSystem> fs_;
 
   // DB methods are thread-safe; the pointer itself changes only on the
   // writer thread (reopen during recovery) and in Close(), under an
@@ -287,8 +305,15 @@ class RocksDbStore : public TokenStore {
   std::atomic<bool> failed_{false};  // the last write failed; recover first
   // The free-space check before each write; used only by the lane's holder.
   std::unique_ptr<rocksdb_support::FreeSpaceGuard> free_space_;
-  // Bytes written to the WAL since the last memtable switch; lane only.
+  // Bytes written to the WAL (the journal under kAsync) since the last
+  // memtable switch; lane only.
   uint64_t wal_bytes_ = 0;
+  // Under kAsync, the journal (null under kSync); lane only.
+  std::unique_ptr<rocksdb_support::Journal> journal_;
+  // Segments up to this index had all their records in memtables that a
+  // switch made immutable: deleted once no immutable memtable is left
+  // (RocksDB flushed them all); 0 when none wait. Writer thread only.
+  uint64_t journal_switched_upto_ = 0;
   // The batch Decide fills, kept between batches so that its buffer is
   // not allocated (and grown) again for every write; lane only.
   std::unique_ptr<rocksdb::WriteBatch> changes_;

@@ -68,7 +68,7 @@ Status CheckNotPartial(const std::string& path) {
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     std::string name = entry.path().filename().string();
     if (name.starts_with("MANIFEST-") || name.starts_with("OPTIONS-") ||
-        name.ends_with(".sst") || name.ends_with(".log")) {
+        name.ends_with(".sst") || name.ends_with(".log") || name.ends_with(".journal")) {
       rocks_file = std::move(name);
       break;
     }
@@ -99,25 +99,6 @@ class ManualRecovery : public rocksdb::EventListener {
                             bool* auto_recovery) override {
     bg_error.PermitUncheckedError();
     *auto_recovery = false;
-  }
-};
-
-// Asks RocksDB's file system for memory-mapped writes of WAL files only
-// (its own OptimizeForLogWrite turns them off); everything else passes
-// through. The POSIX file system falls back to write(2) by itself on a file
-// system where it cannot preallocate (it checks once, with statfs).
-class MappedWalFileSystem : public rocksdb::FileSystemWrapper {
- public:
-  explicit MappedWalFileSystem(const std::shared_ptr<rocksdb::FileSystem>& base)
-      : FileSystemWrapper(base) {}
-  const char* Name() const override { return "FencegateMappedWal"; }
-
-  rocksdb::FileOptions OptimizeForLogWrite(
-      const rocksdb::FileOptions& file_options,
-      const rocksdb::DBOptions& db_options) const override {
-    rocksdb::FileOptions o = target()->OptimizeForLogWrite(file_options, db_options);
-    o.use_mmap_writes = true;
-    return o;
   }
 };
 
@@ -251,13 +232,6 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
     return Status::Unavailable(std::move(msg));
   }
   return Status::IoError(std::move(msg));
-}
-
-std::unique_ptr<rocksdb::Env> NewMappedWalEnv(const RocksDbStoreOptions& options) {
-  if (options.durability != Durability::kAsync) return nullptr;
-  rocksdb::Env* base = options.env != nullptr ? options.env : rocksdb::Env::Default();
-  return rocksdb::NewCompositeEnv(
-      std::make_shared<MappedWalFileSystem>(base->GetFileSystem()));
 }
 
 Status OpenDb(const RocksDbStoreOptions& options,

@@ -46,22 +46,6 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context);
 Status OpenDb(const RocksDbStoreOptions& options,
               std::unique_ptr<rocksdb::DB>* db);
 
-// Under Durability::kAsync: an Env over options.env's file system (the
-// default one when options.env is null) that writes the WAL through a shared
-// memory map instead of a write(2) per record. RocksDB's POSIX file system
-// maps each WAL file in regions of up to 1 MiB (fallocate first: a full
-// disk fails that call, never a store into the map) and copies each record
-// into the map; Flush() needs no system call. The copy is in the page cache
-// once it is made, so a record survives the process being killed exactly as
-// a written one does, and is lost on power loss as one not fsynced is: what
-// async promises (SPEC: "async loses the newest tokens on power loss").
-// After a crash the file ends in zeros up to the mapped region's end;
-// RocksDB's WAL reader skips zero-filled blocks (its mmap writer has always
-// left them) and replays every whole record before them.
-// nullptr under kSync: every batch is fsynced there, and a write(2) is the
-// cheap part of that.
-std::unique_ptr<rocksdb::Env> NewMappedWalEnv(const RocksDbStoreOptions& options);
-
 // Free space the data dir must keep before the store writes: below it a
 // write is refused (IoError) instead of being tried. RocksDB's WAL writer
 // does not survive a failed append (an assertion aborts the process in

@@ -10,8 +10,9 @@
 #   TSAN_REPEAT=20 bash tests/tsan.sh
 #
 # Any ThreadSanitizer report fails it (halt_on_error). tests/tsan.supp holds
-# the suppressions, two, for false reports inside RocksDB's own memtable and
-# arena (Debian's library is not built with TSan); the file says why.
+# the suppressions, three, for false reports inside RocksDB's own memtable,
+# arena and table-file set (Debian's library is not built with TSan); the
+# file says why.
 #
 # Environment:
 #   FENCEGATE_TSAN_BUILD_DIR  build directory (default build-tsan/ at the repo root)

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -142,32 +143,46 @@ constexpr char kKilledWriterEnv[] = "FENCEGATE_TEST_KILLED_WRITER_DIR";
 constexpr int kKilledWriterKeys = 3000;
 
 std::string KilledWriterKey(int i) { return "key-" + std::to_string(i); }
+// The token of key i in round 0 or 1.
+uint64_t KilledWriterToken(int round, int i) {
+  return static_cast<uint64_t>(round) * kKilledWriterKeys + i + 1;
+}
 
 // Not a test on its own: the child half of
-// AsyncWritesSurviveTheProcessBeingKilled. Takes kKilledWriterKeys tokens
-// under async durability, says whether its WAL is mapped into memory, and
-// is killed (SIGKILL) without closing the store.
+// AsyncWritesSurviveTheProcessBeingKilled. Takes two rounds of
+// kKilledWriterKeys tokens under async durability, with a memtable switch
+// (and a new journal segment) every 16 KiB, says whether its journal is
+// mapped into memory and how many switches there were, and is killed
+// (SIGKILL) without closing the store.
 TEST(RocksDbStoreOpenTest, KilledWriterChild) {
   const char* dir = std::getenv(kKilledWriterEnv);
   if (dir == nullptr) GTEST_SKIP() << "helper for AsyncWritesSurviveTheProcessBeingKilled";
-  auto store = OpenRocks(dir, Durability::kAsync);
-  ASSERT_NE(store, nullptr);
-  for (int i = 0; i < kKilledWriterKeys; ++i) {
-    ASSERT_TRUE(AdvanceSync(*store, KilledWriterKey(i), i + 1).fence.accepted) << i;
+  RocksDbStoreOptions options;
+  options.path = dir;
+  options.durability = Durability::kAsync;
+  options.wal_bytes_per_flush = 16u << 10;
+  std::unique_ptr<RocksDbStore> store;
+  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kKilledWriterKeys; ++i) {
+      const uint64_t token = KilledWriterToken(round, i);
+      ASSERT_TRUE(AdvanceSync(*store, KilledWriterKey(i), token).fence.accepted) << i;
+    }
   }
   std::ifstream maps("/proc/self/maps");
   bool mapped = false;
   for (std::string line; std::getline(maps, line);) {
-    if (line.find(dir) != std::string::npos && line.ends_with(".log")) mapped = true;
+    if (line.find(dir) != std::string::npos && line.ends_with(".journal")) mapped = true;
   }
-  std::printf(mapped ? "wal-mapped\n" : "wal-not-mapped\n");
+  std::printf("%s flushes=%llu\n", mapped ? "journal-mapped" : "journal-not-mapped",
+              static_cast<unsigned long long>(store->stats().flushes));
   std::fflush(stdout);
   raise(SIGKILL);
 }
 
 // Whether RocksDB's POSIX file system maps files for writing on the file
 // system of `path`: it needs fast preallocation and asks statfs for one of
-// these (elsewhere it writes the WAL with write(2), and this test checks
+// these (elsewhere it writes the journal with write(2), and this test checks
 // only that the tokens survive).
 bool MapsWritesOn(const std::string& path) {
   struct statfs fs {};
@@ -176,11 +191,21 @@ bool MapsWritesOn(const std::string& path) {
          fs.f_type == TMPFS_MAGIC;
 }
 
-// Async durability writes the WAL through a memory map
-// (rocksdb_support::NewMappedWalEnv): a process killed right after its
-// writes were acknowledged leaves every record in the page cache, and the
-// rest of the mapped region as zeros at the WAL's end. A new start replays
-// all of them and ignores the zeros.
+std::vector<std::filesystem::path> JournalFiles(const std::string& dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".journal") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Async durability writes each batch to the journal (storage/journal.h)
+// through a memory map and RocksDB's WAL not at all: a process killed right
+// after its writes were acknowledged leaves every record in the page cache,
+// and the rest of the mapped region as zeros at the open segment's end. A
+// new start replays what the switches had not yet flushed, ignores the
+// zeros, and deletes the journal.
 TEST(RocksDbStoreOpenTest, AsyncWritesSurviveTheProcessBeingKilled) {
   TempDir dir;
   const bool mapped = MapsWritesOn(dir.path());
@@ -193,34 +218,37 @@ TEST(RocksDbStoreOpenTest, AsyncWritesSurviveTheProcessBeingKilled) {
   int wstatus = 0;
   ASSERT_EQ(waitpid(child.pid, &wstatus, 0), child.pid);
   ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << out;
-  EXPECT_NE(out.find(mapped ? "wal-mapped\n" : "wal-not-mapped\n"), std::string::npos) << out;
-  if (!mapped) std::printf("the temp dir's file system is not mapped for writes: no WAL map to check\n");
+  EXPECT_NE(out.find(mapped ? "journal-mapped" : "journal-not-mapped"), std::string::npos) << out;
+  if (!mapped) std::printf("the temp dir's file system is not mapped for writes: no map to check\n");
+  const size_t flushes_at = out.find("flushes=");
+  ASSERT_NE(flushes_at, std::string::npos) << out;
+  EXPECT_GE(std::stoull(out.substr(flushes_at + 8)), 5u) << out;
 
-  // The crash left the WAL as the map wrote it: records, then zeros.
-  std::string wal;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    if (e.path().extension() == ".log") wal = e.path().string();
-  }
-  ASSERT_FALSE(wal.empty());
+  // The crash left the open segment as the map wrote it: records, then zeros.
+  std::vector<std::filesystem::path> journal = JournalFiles(dir.path());
+  ASSERT_FALSE(journal.empty());
   std::string bytes;
   {
-    std::ifstream in(wal, std::ios::binary);
+    std::ifstream in(journal.back(), std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
   ASSERT_GE(bytes.size(), 4096u);
   if (mapped) {
     EXPECT_EQ(bytes.find_first_not_of('\0', bytes.size() - 4096), std::string::npos)
-        << "the WAL does not end in the mapped region's zeros";
+        << "the journal does not end in the mapped region's zeros";
   }
 
   auto store = OpenRocks(dir.path(), Durability::kAsync);
   ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(JournalFiles(dir.path()).empty()) << "the replayed journal is still there";
   for (int i = 0; i < kKilledWriterKeys; ++i) {
-    ASSERT_EQ(GetSync(*store, KilledWriterKey(i)).value, std::optional<uint64_t>(i + 1)) << i;
+    ASSERT_EQ(GetSync(*store, KilledWriterKey(i)).value,
+              std::optional<uint64_t>(KilledWriterToken(1, i)))
+        << i;
   }
   // And the store goes on from there.
-  EXPECT_FALSE(AdvanceSync(*store, KilledWriterKey(0), 0).fence.accepted);
-  EXPECT_TRUE(AdvanceSync(*store, KilledWriterKey(0), 2).fence.accepted);
+  EXPECT_FALSE(AdvanceSync(*store, KilledWriterKey(0), KilledWriterToken(1, 0) - 1).fence.accepted);
+  EXPECT_TRUE(AdvanceSync(*store, KilledWriterKey(0), KilledWriterToken(1, 0) + 1).fence.accepted);
   ASSERT_TRUE(store->Close().ok());
 }
 
