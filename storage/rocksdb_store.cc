@@ -522,9 +522,11 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
         s = rocksdb::Status::IOError(j.message());
       }
     }
-    if (s.ok()) s = db_->Write(wo, &changes);
-    if (from_caller && s.IsIncomplete()) return false;
-    db_writes_.fetch_add(1, std::memory_order_relaxed);
+    if (s.ok()) {
+      s = db_->Write(wo, &changes);
+      if (from_caller && s.IsIncomplete()) return false;
+      db_writes_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (s.ok()) {
       wal_bytes_ += changes.GetDataSize();
       writes_.fetch_add(changes.Count(), std::memory_order_relaxed);
