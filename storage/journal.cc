@@ -36,10 +36,6 @@ uint32_t GetFixed32(const char* in) {
   return v;
 }
 
-Status FromIo(const rocksdb::IOStatus& s, const std::string& context) {
-  return FromRocks(s, context);
-}
-
 // Copies the Puts of one journal record into the batch being replayed.
 // The store journals only Puts to the default column family; anything
 // else means the record is not one of ours.
@@ -93,7 +89,7 @@ Status ListJournal(rocksdb::FileSystem* fs, const std::string& dir,
                    std::vector<uint64_t>* indexes) {
   std::vector<std::string> names;
   rocksdb::IOStatus s = fs->GetChildren(dir, rocksdb::IOOptions(), &names, nullptr);
-  if (!s.ok()) return FromIo(s, "listing the journal in " + dir);
+  if (!s.ok()) return FromRocks(s, "listing the journal in " + dir);
   indexes->clear();
   for (const std::string& name : names) {
     uint64_t index = 0;
@@ -161,7 +157,7 @@ Status ReplayJournal(rocksdb::DB* db, rocksdb::FileSystem* fs,
     const std::string name = dir + "/" + JournalFileName(index);
     std::string bytes;
     if (rocksdb::IOStatus s = rocksdb::ReadFileToString(fs, name, &bytes); !s.ok()) {
-      return FromIo(s, "reading the journal");
+      return FromRocks(s, "reading the journal");
     }
     Status parsed = ParseJournalSegment(
         bytes, name,
@@ -202,7 +198,7 @@ Status Journal::Open() {
   std::unique_ptr<rocksdb::FSWritableFile> file;
   rocksdb::IOStatus s =
       fs_->NewWritableFile(dir_ + "/" + JournalFileName(index), options, &file, nullptr);
-  if (!s.ok()) return FromIo(s, "creating a journal segment");
+  if (!s.ok()) return FromRocks(s, "creating a journal segment");
   // The new file's directory entry reaches the disk with the next sync of
   // the data dir; under async (page cache only) that is all a record asks.
   ++next_index_;
@@ -225,7 +221,7 @@ Status Journal::Append(std::string_view payload) {
   if (record_.capacity() > (64u << 10)) std::string().swap(record_);
   if (!s.ok()) {
     Rotate();  // a record may be cut short in it: the next goes to a new segment
-    return FromIo(s, "appending to the journal");
+    return FromRocks(s, "appending to the journal");
   }
   return Status::Ok();
 }
@@ -247,7 +243,7 @@ Status DeleteJournal(rocksdb::FileSystem* fs, const std::string& dir, uint64_t u
     if (index > upto) break;
     rocksdb::IOStatus s =
         fs->DeleteFile(dir + "/" + JournalFileName(index), rocksdb::IOOptions(), nullptr);
-    if (!s.ok()) return FromIo(s, "deleting a flushed journal segment");
+    if (!s.ok()) return FromRocks(s, "deleting a flushed journal segment");
   }
   return Status::Ok();
 }

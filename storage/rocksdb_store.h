@@ -128,8 +128,10 @@ struct RocksDbStoreOptions {
   // The memtable takes rewrites of a key in place (rocksdb_support.cc), so
   // one holding few keys never fills and RocksDB would never flush it nor
   // drop a WAL file: the WAL, all of which a start replays, would grow with
-  // every write. After about this many bytes of WAL since the last flush the
-  // writer thread switches the memtable (flushed in the background).
+  // every write. After about this many bytes of WAL (under kAsync, of
+  // journal) since the last flush the writer thread switches the memtable
+  // (flushed in the background), and under kAsync starts a new journal
+  // segment.
   size_t wal_bytes_per_flush = 16u << 20;
   // The memtable is a hash of linked lists with this many buckets, keyed
   // by the whole key (rocksdb_support.cc), instead of RocksDB's default

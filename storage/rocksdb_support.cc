@@ -48,7 +48,8 @@ Status OpenError(const rocksdb::Status& s, const std::string& path) {
   return st;
 }
 
-// Refuses a directory that holds RocksDB files but no CURRENT file: RocksDB
+// Refuses a directory that holds store files (RocksDB's, or the journal's)
+// but no CURRENT file: RocksDB
 // with create_if_missing would start a new, empty database there. Foreign
 // files (lost+found on a volume, a README) are fine.
 Status CheckNotPartial(const std::string& path) {
@@ -75,7 +76,7 @@ Status CheckNotPartial(const std::string& path) {
   }
   if (!rocks_file.empty()) {
     return Status::Corruption(
-        "data dir " + path + " holds RocksDB files (" + rocks_file +
+        "data dir " + path + " holds token store files (" + rocks_file +
         ") but no CURRENT file: the store is damaged or was only partly "
         "created. Refusing to create an empty store over it, which would "
         "forget every accepted token; restore it from a backup, or move it "

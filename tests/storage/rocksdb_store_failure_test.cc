@@ -231,22 +231,35 @@ INSTANTIATE_TEST_SUITE_P(
       return name + (std::get<1>(info.param) == Durability::kSync ? "Sync" : "Async");
     });
 
+// A store over FailingFs, for the tests outside the fixture. Members in
+// this order: the store closes before the file system under it goes.
+struct StoreOnFailingFs {
+  StoreOnFailingFs(Durability durability, std::chrono::milliseconds recovery_interval) {
+    RocksDbStoreOptions options;
+    options.path = dir.path();
+    options.env = env.get();
+    options.recovery_interval = recovery_interval;
+    options.durability = durability;
+    Status s = RocksDbStore::Open(options, &store);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+
+  std::shared_ptr<FailingFs> fs = std::make_shared<FailingFs>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  TempDir dir;
+  std::unique_ptr<RocksDbStore> store;
+};
+
 // A synced write whose fsync failed is refused, but its WAL record is in the
 // file (the page cache), and the reopen that recovers the store replays it:
 // from then on the store decides against that token, never against the
 // value from before the failure (rocksdb_store.h, "Failure": such a write
 // may show up after a reopen, and stored tokens only go up).
 TEST(RocksDbStoreSyncFailure, ARefusedWriteThatTheReopenReplaysCounts) {
-  auto fs = std::make_shared<FailingFs>();
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  TempDir dir;
-  RocksDbStoreOptions options;
-  options.path = dir.path();
-  options.env = env.get();
-  options.recovery_interval = std::chrono::hours(1);
-  options.durability = Durability::kSync;
-  std::unique_ptr<RocksDbStore> store;
-  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+  StoreOnFailingFs on(Durability::kSync, std::chrono::hours(1));
+  ASSERT_NE(on.store, nullptr);
+  FailingFs* fs = on.fs.get();
+  RocksDbStore* store = on.store.get();
   ASSERT_TRUE(AdvanceSync(*store, "k", 5).fence.accepted);
 
   fs->fault = DiskFault::kSyncFails;
@@ -260,8 +273,6 @@ TEST(RocksDbStoreSyncFailure, ARefusedWriteThatTheReopenReplaysCounts) {
   EXPECT_EQ(r.fence.current, 9u);
   // A write that succeeds ends the failed state (a refusal writes nothing).
   EXPECT_TRUE(AdvanceSync(*store, "k", 10).fence.accepted);
-  // A write that succeeds ends the failed state (a refusal writes nothing).
-  EXPECT_TRUE(AdvanceSync(*store, "k1", 12).fence.accepted);
   Status closed = store->Close();
   EXPECT_TRUE(closed.ok()) << closed.ToString();
 }
@@ -274,16 +285,10 @@ TEST(RocksDbStoreSyncFailure, ARefusedWriteThatTheReopenReplaysCounts) {
 // tokens back into the new one (with the replay taken out the test fails:
 // the store accepts 5 for k1, which held 11, and the keys read back empty).
 TEST(RocksDbStoreAsyncFailure, AReopenDuringRecoveryReplaysTheJournal) {
-  auto fs = std::make_shared<FailingFs>();
-  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  TempDir dir;
-  RocksDbStoreOptions options;
-  options.path = dir.path();
-  options.env = env.get();
-  options.recovery_interval = std::chrono::milliseconds(10);
-  options.durability = Durability::kAsync;
-  std::unique_ptr<RocksDbStore> store;
-  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+  StoreOnFailingFs on(Durability::kAsync, std::chrono::milliseconds(10));
+  ASSERT_NE(on.store, nullptr);
+  FailingFs* fs = on.fs.get();
+  RocksDbStore* store = on.store.get();
   constexpr int kKeys = 50;
   for (int i = 0; i < kKeys; ++i) {
     ASSERT_TRUE(AdvanceSync(*store, "k" + std::to_string(i), 10 + i).fence.accepted);

@@ -297,7 +297,7 @@ TEST(RocksDbStoreTest, AsyncAdvanceWhileIdleIsDecidedOnTheCallersThread) {
 
 // A few keys rewritten many times: the memtable rewrites them in place and
 // never fills, so the store's own WAL limit (wal_bytes_per_flush, 16 MiB) is
-// what switches it and lets the old WAL go. Without it the WAL, all of which
+// what switches it and lets the old WAL (under async: journal segments) go. Without it the WAL, all of which
 // a start after a crash replays, grew with every write (to 62 MB here).
 TEST(RocksDbStoreTest, RewritingAFewKeysKeepsTheWalBounded) {
   TempDir dir;
