@@ -12,6 +12,7 @@ namespace fencegate::proxy {
 KeyLease::KeyLease(KeyLease&& other) noexcept
     : queue_(std::exchange(other.queue_, nullptr)),
       key_(std::exchange(other.key_, nullptr)),
+      hash_(other.hash_),
       waited_(other.waited_) {}
 
 // NOLINTNEXTLINE(bugprone-exception-escape): terminates if the key cannot be handed on
@@ -20,17 +21,18 @@ KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
     Release();
     queue_ = std::exchange(other.queue_, nullptr);
     key_ = std::exchange(other.key_, nullptr);
+    hash_ = other.hash_;
     waited_ = other.waited_;
   }
   return *this;
 }
 
 void KeyLease::Release() {
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, /*dispatch=*/false);
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, hash_, /*dispatch=*/false);
 }
 
 void KeyLease::HandOn(Courier* courier) {
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, /*dispatch=*/true, courier);
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, hash_, /*dispatch=*/true, courier);
 }
 
 namespace {
@@ -64,11 +66,12 @@ void RunOnQueued(const std::function<void()>& on_queued, Undo undo) {
 void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor executor,
                        Handler handler, bool bounded, const std::function<void()>& on_queued,
                        Relay relay) {
-  Shard& shard = ShardFor(key);
+  const size_t hash = HashOf(key);
+  Shard& shard = ShardFor(hash);
   const std::string* stored = nullptr;  // the map's copy: see KeyLease
   {
     std::lock_guard lock(shard.mu);
-    auto it = shard.keys.find(key);
+    auto it = shard.keys.find(HashedKey{key, hash});
     const bool inserted = it == shard.keys.end();
     if (inserted) it = Insert(shard, key);
     stored = &it->first;
@@ -87,18 +90,18 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
     }
     RunOnQueued(on_queued, [&shard, it = it] { Erase(shard, it); });
   }
-  boost::asio::dispatch(executor, [this, stored, h = std::move(handler)]() mutable {
-    h(KeyLease(this, stored, /*waited=*/false));
+  boost::asio::dispatch(executor, [this, stored, hash, h = std::move(handler)]() mutable {
+    h(KeyLease(this, stored, hash, /*waited=*/false));
   });
 }
 
-void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) {
+void KeyQueue::Release(const std::string& key, size_t hash, bool dispatch, Courier* courier) {
   Waiter next;
-  Shard& shard = ShardFor(key);
+  Shard& shard = ShardFor(hash);
   const std::string* stored = nullptr;
   {
     std::lock_guard lock(shard.mu);
-    auto it = shard.keys.find(key);
+    auto it = shard.keys.find(HashedKey{key, hash});
     if (it == shard.keys.end()) return;  // unreachable: a lease exists only for a present key
     if (it->second.empty()) {
       Erase(shard, it);
@@ -109,8 +112,8 @@ void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) 
     it->second.pop_front();
     waiting_.fetch_sub(1, std::memory_order_relaxed);
   }
-  auto turn = [this, stored, h = std::move(next.handler)]() mutable {
-    h(KeyLease(this, stored, /*waited=*/true));
+  auto turn = [this, stored, hash, h = std::move(next.handler)]() mutable {
+    h(KeyLease(this, stored, hash, /*waited=*/true));
   };
   if (dispatch) {
     // The relay first: what it sends goes before the waiter's turn is
@@ -128,8 +131,8 @@ void KeyQueue::Release(const std::string& key, bool dispatch, Courier* courier) 
   boost::asio::post(next.executor, std::move(turn));
 }
 
-KeyQueue::Shard::Map::iterator KeyQueue::Insert(Shard& shard, const std::string& key) {
-  if (shard.spare.empty()) return shard.keys.try_emplace(key).first;
+KeyQueue::Shard::Map::iterator KeyQueue::Insert(Shard& shard, std::string_view key) {
+  if (shard.spare.empty()) return shard.keys.try_emplace(std::string(key)).first;
   Shard::Map::node_type node = std::move(shard.spare.back());
   shard.spare.pop_back();
   node.key().assign(key);  // within its capacity: no allocation
@@ -151,10 +154,6 @@ size_t KeyQueue::active_keys() const {
     n += shard.keys.size();
   }
   return n;
-}
-
-size_t KeyQueue::ShardOf(const std::string& key) {
-  return std::hash<std::string>{}(key) % kShards;
 }
 
 }  // namespace fencegate::proxy

@@ -23,6 +23,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -66,10 +67,13 @@ class KeyLease {
   // `key` is the key as stored in the queue's map, whose entry lives while
   // a lease on it is held (only the holder's release erases it): the lease
   // points to it rather than copying it.
-  KeyLease(KeyQueue* queue, const std::string* key, bool waited)
-      : queue_(queue), key_(key), waited_(waited) {}
+  // `hash` is the key's KeyQueue::HashOf, kept so that a release hashes
+  // nothing.
+  KeyLease(KeyQueue* queue, const std::string* key, size_t hash, bool waited)
+      : queue_(queue), key_(key), hash_(hash), waited_(waited) {}
   KeyQueue* queue_ = nullptr;
   const std::string* key_ = nullptr;
+  size_t hash_ = 0;
   bool waited_ = false;
 };
 
@@ -125,7 +129,9 @@ class KeyQueue {
 
   static constexpr size_t kShards = 64;
   // The shard that holds `key` (tests use it to pick keys of two shards).
-  static size_t ShardOf(const std::string& key);
+  static size_t ShardOf(const std::string& key) { return HashOf(key) % kShards; }
+  // The key's hash: picks its shard and its bucket in the shard's map.
+  static size_t HashOf(std::string_view key) { return std::hash<std::string_view>{}(key); }
 
  private:
   friend class KeyLease;
@@ -137,7 +143,32 @@ class KeyQueue {
     Relay relay;
   };
   // dispatch: HandOn; courier: HandOn's.
-  void Release(const std::string& key, bool dispatch, Courier* courier = nullptr);
+  void Release(const std::string& key, size_t hash, bool dispatch, Courier* courier = nullptr);
+
+  // A key with its hash (HashOf), computed once per Acquire or Release for
+  // both the shard and the lookup in its map. The map's hasher and equality
+  // take it in place of a std::string (C++20 heterogeneous lookup), so a
+  // lookup hashes nothing more, and it goes to the key's bucket: libstdc++'s
+  // std::hash<std::string> map instead compares the key with every entry
+  // while it holds 20 or fewer (its "small size" path), and under load each
+  // of those entries is a cache miss, last touched by the other I/O thread.
+  struct HashedKey {
+    std::string_view key;
+    size_t hash;
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    // Not noexcept, on purpose: libstdc++ then keeps each entry's hash in
+    // its node, so rehashing and extracting an entry never hash a key again.
+    size_t operator()(const std::string& key) const { return HashOf(key); }
+    size_t operator()(const HashedKey& key) const { return key.hash; }
+  };
+  struct KeyEqual {
+    using is_transparent = void;
+    bool operator()(const std::string& a, const std::string& b) const { return a == b; }
+    bool operator()(const HashedKey& a, const std::string& b) const { return a.key == b; }
+    bool operator()(const std::string& a, const HashedKey& b) const { return a == b.key; }
+  };
 
   static constexpr size_t kSpareEntries = 2;  // per shard: see Shard::spare
 
@@ -149,7 +180,7 @@ class KeyQueue {
     // callers. A list, not a deque: an empty std::list allocates nothing,
     // and most keys never have a waiter (libstdc++'s deque allocates on
     // construction).
-    using Map = std::unordered_map<std::string, std::list<Waiter>>;
+    using Map = std::unordered_map<std::string, std::list<Waiter>, KeyHash, KeyEqual>;
     Map keys;  // guarded by mu
     // Entries of released keys kept for the next new key of this shard
     // (their key strings keep their capacity): a free key's acquire and
@@ -157,10 +188,10 @@ class KeyQueue {
     std::vector<Map::node_type> spare;
     Shard() { spare.reserve(kSpareEntries); }
   };
-  Shard& ShardFor(const std::string& key) { return shards_[ShardOf(key)]; }
+  Shard& ShardFor(size_t hash) { return shards_[hash % kShards]; }
   // Adds `key` (absent) to the shard, in a spare entry when there is one;
   // Erase keeps the entry as a spare while there is room. Both under mu.
-  static Shard::Map::iterator Insert(Shard& shard, const std::string& key);
+  static Shard::Map::iterator Insert(Shard& shard, std::string_view key);
   static void Erase(Shard& shard, Shard::Map::iterator it);
 
   const size_t max_waiting_per_key_;

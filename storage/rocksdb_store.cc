@@ -239,13 +239,17 @@ uint64_t RocksDbStore::MemtableEntries() const {
 }
 
 Status RocksDbStore::ReadToken(const std::string& key, bool* present,
-                               uint64_t* value, bool cache_only) const {
+                               uint64_t* value, bool cache_only, bool on_lane) const {
   rocksdb::PinnableSlice raw;
   rocksdb::Status s;
   rocksdb::ReadOptions ro;
   if (cache_only) ro.read_tier = rocksdb::kBlockCacheTier;
   {
-    std::shared_lock<std::shared_mutex> lock(db_mu_);
+    // A lane holder skips the lock: both I/O threads decide in turn, and a
+    // shared lock's count is one more cache line passed between them on
+    // every fenced write.
+    std::shared_lock<std::shared_mutex> lock(db_mu_, std::defer_lock);
+    if (!on_lane) lock.lock();
     if (db_ == nullptr) {
       return Status::IoError("token store is reopening after a write error");
     }
@@ -474,7 +478,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     Known k;
     if (auto it = known.find(r.key); it != known.end()) {
       k = it->second;
-    } else if (Status s = ReadToken(r.key, &k.present, &k.value, from_caller);
+    } else if (Status s = ReadToken(r.key, &k.present, &k.value, from_caller, /*on_lane=*/true);
                !s.ok()) {
       if (from_caller && s.code() == Status::Code::kBusy) {
         return false;  // the read would wait for the disk: nothing decided
@@ -566,7 +570,7 @@ void RocksDbStore::ReaderLoop() {
     for (ReadRequest& r : pending) {
       bool present = false;
       uint64_t value = 0;
-      Status s = ReadToken(r.key, &present, &value);
+      Status s = ReadToken(r.key, &present, &value, /*cache_only=*/false, /*on_lane=*/false);
       if (!s.ok()) {
         r.handler(s, std::nullopt);
       } else {

@@ -258,9 +258,11 @@ class RocksDbStore : public TokenStore {
   // synced write. Ok when writes can be tried again.
   Status Recover(bool probe);
   // Reads key from the database: ok with *present/*value, or an error.
-  // cache_only: Busy instead of reading a file.
+  // cache_only: Busy instead of reading a file. on_lane: the caller holds
+  // the lane (Decide), so db_ cannot change under it and db_mu_ is not
+  // taken; otherwise (the reader thread) a shared lock is.
   Status ReadToken(const std::string& key, bool* present, uint64_t* value,
-                   bool cache_only = false) const;
+                   bool cache_only, bool on_lane) const;
   void SetHealth(Status status);
   // Holding the lane, on the writer thread: switches the memtable when
   // wal_bytes_per_flush bytes went to the WAL since the last switch, and
@@ -275,11 +277,12 @@ class RocksDbStore : public TokenStore {
   // the journal's segments are written and replayed through it.
   const std::shared_ptr<rocksdb::FileSystem> fs_;
 
-  // DB methods are thread-safe; the pointer itself changes only on the
-  // writer thread (reopen during recovery) and in Close(), under an
-  // exclusive lock. The reader thread holds a shared lock while it uses it;
-  // the writer, its only mutator, reads it without one. Null while a reopen
-  // has failed.
+  // DB methods are thread-safe; the pointer itself changes only while the
+  // lane is held (the writer's reopen during recovery) and in Close() after
+  // the writer has stopped, under an exclusive lock. The reader thread
+  // holds a shared lock while it uses it; a lane holder (the writer, or a
+  // caller deciding) reads it without one: no one else can change it then,
+  // and the lane is handed over under mu_. Null while a reopen has failed.
   mutable std::shared_mutex db_mu_;
   std::unique_ptr<rocksdb::DB> db_;  // guarded by db_mu_ (see above)
 

@@ -218,6 +218,45 @@ TEST(KeyQueue, ARecycledEntryTakesTheNewKeysName) {
   EXPECT_EQ(q.waiting(), 0u);
 }
 
+TEST(KeyQueue, ManyKeysOfOneShardEachHandOnToTheirOwnWaiter) {
+  // More keys in one shard than libstdc++ scans without hashing (20), so the
+  // shard's map rehashes while leases point at its keys; every lease must
+  // find its own key again when released (the hash it kept) and hand it to
+  // that key's waiter, and to no other.
+  io_context ioc;
+  KeyQueue q;
+  constexpr int kKeys = 100;
+  const std::vector<std::string> keys = testing::KeysOfOneShard("/objects/tenant/key-", kKeys);
+  std::vector<KeyLease> first(kKeys);
+  std::vector<int> turns;  // the keys whose second write got its turn, in order
+  for (int i = 0; i < kKeys; ++i) {
+    q.Acquire(keys[i], ioc.get_executor(), [&first, i](KeyLease l) { first[i] = std::move(l); });
+    q.Acquire(keys[i], ioc.get_executor(), [&turns, i](KeyLease l) {
+      EXPECT_TRUE(l.held());
+      EXPECT_TRUE(l.waited());
+      turns.push_back(i);
+    });
+  }
+  ioc.poll();
+  ioc.restart();
+  ASSERT_EQ(q.active_keys(), static_cast<size_t>(kKeys));
+  ASSERT_EQ(q.waiting(), static_cast<size_t>(kKeys));
+  EXPECT_TRUE(turns.empty());
+  // Released in another order than acquired: each frees exactly its key.
+  std::vector<int> want;
+  for (int i = kKeys - 1; i >= 0; i -= 2) want.push_back(i);
+  for (int i = 0; i < kKeys; i += 2) want.push_back(i);
+  for (size_t n = 0; n < want.size(); ++n) {
+    first[want[n]].Release();
+    ioc.poll();
+    ioc.restart();
+    ASSERT_EQ(turns.size(), n + 1);
+    EXPECT_EQ(turns.back(), want[n]);
+    EXPECT_EQ(q.waiting(), static_cast<size_t>(kKeys) - n - 1);
+  }
+  EXPECT_EQ(q.active_keys(), 0u);  // every waiter dropped its lease
+}
+
 TEST(KeyQueue, KeysSpreadOverTheShards) {
   std::set<size_t> shards;
   for (int i = 0; i < 1000; ++i) shards.insert(KeyQueue::ShardOf("/objects/k" + std::to_string(i)));
