@@ -20,7 +20,9 @@ concurrency, interleaving the targets round by round, A B C then C B A
 target's place in a round hit all of them alike (in the fixed order of
 the runs before, fencegate always ran right after nginx, and sessions 18
 and 20 saw put_sync move by 1-9% with its place: README, "Where it
-stands"), prints a table and writes JSON. Finally measures fencegate's resident size
+stands"), prints a table and writes JSON. Every run records the CPU time per
+request of the server under test, and of its neighbours: wrk's and the
+backend's. Finally measures fencegate's resident size
 idle and with many open connections (/proc/PID/status VmRSS).
 
 --quick runs a few seconds in total and only proves the harness works: it
@@ -440,14 +442,21 @@ def run_wrk(args, url, scenario, conns, duration):
         script, extra = "put.lua", [mode, str(base), "10000", str(BODY_BYTES[scenario])]
     argv = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{duration}s",
             "--timeout", "10s", "-s", os.path.join(HERE, script), url, "--"] + extra
+    # wrk's own CPU time: the children reaped during the run are wrk alone
+    # (perf's recorders are reaped after it).
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
     except subprocess.TimeoutExpired:
         return {"failed": "wrk did not finish"}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     for line in out.stdout.splitlines():
         if line.startswith("WRKJSON "):
             r = json.loads(line[len("WRKJSON "):])
             r["rps"] = r["requests"] / (r["duration_us"] / 1e6) if r["duration_us"] else 0.0
+            if r["requests"]:
+                wrk_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+                r["wrk_cpu_us_per_request"] = round(wrk_s * 1e6 / r["requests"], 2)
             return r
     return {"failed": f"wrk exit {out.returncode}: {out.stderr.strip()[-300:]}"}
 
@@ -480,7 +489,9 @@ def summarize(rounds):
             "cpu_us_per_request": mean_of("cpu_us_per_request", 2),
             "minor_faults_per_request": mean_of("minor_faults_per_request", 3),
             "sched_in_per_request": mean_of("sched_in_per_request", 2),
-            "runq_wait_us_per_request": mean_of("runq_wait_us_per_request", 2)}
+            "runq_wait_us_per_request": mean_of("runq_wait_us_per_request", 2),
+            "wrk_cpu_us_per_request": mean_of("wrk_cpu_us_per_request", 2),
+            "backend_cpu_us_per_request": mean_of("backend_cpu_us_per_request", 2)}
 
 
 def ratio(a, b):
@@ -1116,6 +1127,11 @@ def main():
                             if args.syscalls and rnd == 0 and t not in ("direct", "ref_seq"):
                                 sys_counter = syscalls_start(pids, args.duration)
                             ticks, faults = cpu_ticks_and_faults(pids)
+                            # The neighbours' share: what the backend spends
+                            # per request behind this target (for direct and
+                            # ref_seq, the server itself).
+                            backend_pids = nginx_pids(backend.pid)
+                            backend_ticks, _ = cpu_ticks_and_faults(backend_pids)
                             sched = schedstat(pids)
                             if t == "ref_seq":  # one client, distinct keys, 16-byte bodies
                                 r = run_wrk(args, urls[t], "put_async", 1, args.duration)
@@ -1123,7 +1139,11 @@ def main():
                                 r = run_wrk(args, urls[t], "put_pass" if t == "fg_pass" else sc,
                                             c, args.duration)
                             ticks_after, faults_after = cpu_ticks_and_faults(pids)
+                            backend_ticks_after, _ = cpu_ticks_and_faults(backend_pids)
                             if r.get("requests"):
+                                r["backend_cpu_us_per_request"] = round(
+                                    (backend_ticks_after - backend_ticks) / CLK_TCK * 1e6
+                                    / r["requests"], 2)
                                 # CPU time per request: unlike r/s, it hardly
                                 # depends on what else the shared cores run.
                                 r["cpu_us_per_request"] = round(
@@ -1174,7 +1194,9 @@ def main():
                             log(f"{sc:<9} c={c:<4} round {rnd + 1} {t:<9} "
                                 f"{r.get('rps', 0):10.0f} r/s, CPU "
                                 f"{r.get('cpu_us_per_request', '-')} us/req, scheduled in "
-                                f"{r.get('sched_in_per_request', '-')}/req")
+                                f"{r.get('sched_in_per_request', '-')}/req; wrk "
+                                f"{r.get('wrk_cpu_us_per_request', '-')}, backend "
+                                f"{r.get('backend_cpu_us_per_request', '-')} us/req")
                     row = {t: summarize(rounds[t]) for t in sc_targets}
                     row["rounds"] = rounds
                     row["paired"] = {"fg_over_nginx_rps": paired(rounds, "fencegate", "nginx"),
