@@ -381,6 +381,17 @@ def cpu_ticks_and_faults(pids):
     return ticks, faults
 
 
+def idle_ticks():
+    """The whole machine's idle + iowait time so far, in clock ticks
+    (/proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[4]) + int(fields[5])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def schedstat(pids):
     """(times scheduled in, ns runnable but waiting for a CPU) of these
     processes, summed over their threads (/proc/PID/task/TID/schedstat).
@@ -491,7 +502,8 @@ def summarize(rounds):
             "sched_in_per_request": mean_of("sched_in_per_request", 2),
             "runq_wait_us_per_request": mean_of("runq_wait_us_per_request", 2),
             "wrk_cpu_us_per_request": mean_of("wrk_cpu_us_per_request", 2),
-            "backend_cpu_us_per_request": mean_of("backend_cpu_us_per_request", 2)}
+            "backend_cpu_us_per_request": mean_of("backend_cpu_us_per_request", 2),
+            "idle_cores": mean_of("idle_cores", 2)}
 
 
 def ratio(a, b):
@@ -1133,6 +1145,7 @@ def main():
                             backend_pids = nginx_pids(backend.pid)
                             backend_ticks, _ = cpu_ticks_and_faults(backend_pids)
                             sched = schedstat(pids)
+                            idle = idle_ticks()
                             if t == "ref_seq":  # one client, distinct keys, 16-byte bodies
                                 r = run_wrk(args, urls[t], "put_async", 1, args.duration)
                             else:
@@ -1140,6 +1153,12 @@ def main():
                                             c, args.duration)
                             ticks_after, faults_after = cpu_ticks_and_faults(pids)
                             backend_ticks_after, _ = cpu_ticks_and_faults(backend_pids)
+                            idle_after = idle_ticks()
+                            if idle is not None and idle_after is not None and r.get("duration_us"):
+                                # Cores the machine left idle on average over
+                                # the run (every process's, the harness's too).
+                                r["idle_cores"] = round(
+                                    (idle_after - idle) / CLK_TCK / (r["duration_us"] / 1e6), 2)
                             if r.get("requests"):
                                 r["backend_cpu_us_per_request"] = round(
                                     (backend_ticks_after - backend_ticks) / CLK_TCK * 1e6
@@ -1196,7 +1215,8 @@ def main():
                                 f"{r.get('cpu_us_per_request', '-')} us/req, scheduled in "
                                 f"{r.get('sched_in_per_request', '-')}/req; wrk "
                                 f"{r.get('wrk_cpu_us_per_request', '-')}, backend "
-                                f"{r.get('backend_cpu_us_per_request', '-')} us/req")
+                                f"{r.get('backend_cpu_us_per_request', '-')} us/req, idle cores "
+                                f"{r.get('idle_cores', '-')}")
                     row = {t: summarize(rounds[t]) for t in sc_targets}
                     row["rounds"] = rounds
                     row["paired"] = {"fg_over_nginx_rps": paired(rounds, "fencegate", "nginx"),
