@@ -231,7 +231,7 @@ TEST(KeyQueue, ManyKeysOfOneShardEachHandOnToTheirOwnWaiter) {
   std::vector<int> turns;  // the keys whose second write got its turn, in order
   for (int i = 0; i < kKeys; ++i) {
     q.Acquire(keys[i], ioc.get_executor(), [&first, i](KeyLease l) { first[i] = std::move(l); });
-    q.Acquire(keys[i], ioc.get_executor(), [&turns, i](KeyLease l) {
+    q.Acquire(keys[i], ioc.get_executor(), [&turns, i](const KeyLease& l) {
       EXPECT_TRUE(l.held());
       EXPECT_TRUE(l.waited());
       turns.push_back(i);
