@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -364,6 +365,45 @@ def nginx_pids(master_pid):
             except (OSError, ValueError, IndexError):
                 continue
     return pids
+
+
+def established_inodes(port):
+    """Socket inodes of the established TCP connections whose local port is
+    `port` (IPv4 and IPv6, /proc/net/tcp*)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[3] == "01" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return inodes
+
+
+def conns_per_worker(master_pid, port):
+    """How many of the clients' connections to `port` each of nginx's
+    workers holds, largest first: nginx's workers take what each accepts,
+    where fencegate deals connections round-robin to its threads."""
+    inodes = established_inodes(port)
+    counts = []
+    for pid in nginx_pids(master_pid)[1:]:
+        n = 0
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    n += 1
+        except OSError:
+            continue
+        counts.append(n)
+    return sorted(counts, reverse=True)
 
 
 def cpu_ticks_and_faults(pids):
@@ -1146,6 +1186,14 @@ def main():
                             backend_ticks, _ = cpu_ticks_and_faults(backend_pids)
                             sched = schedstat(pids)
                             idle = idle_ticks()
+                            spread = timer = None
+                            if t == "nginx":  # halfway through the run
+                                spread = {}
+                                timer = threading.Timer(
+                                    args.duration / 2,
+                                    lambda out=spread: out.update(counts=conns_per_worker(
+                                        nginx_proxy.pid, proxy_port)))
+                                timer.start()
                             if t == "ref_seq":  # one client, distinct keys, 16-byte bodies
                                 r = run_wrk(args, urls[t], "put_async", 1, args.duration)
                             else:
@@ -1154,6 +1202,10 @@ def main():
                             ticks_after, faults_after = cpu_ticks_and_faults(pids)
                             backend_ticks_after, _ = cpu_ticks_and_faults(backend_pids)
                             idle_after = idle_ticks()
+                            if timer is not None:
+                                timer.join()
+                                if "counts" in spread:
+                                    r["conns_per_worker"] = spread["counts"]
                             if idle is not None and idle_after is not None and r.get("duration_us"):
                                 # Cores the machine left idle on average over
                                 # the run (every process's, the harness's too).
@@ -1216,7 +1268,9 @@ def main():
                                 f"{r.get('sched_in_per_request', '-')}/req; wrk "
                                 f"{r.get('wrk_cpu_us_per_request', '-')}, backend "
                                 f"{r.get('backend_cpu_us_per_request', '-')} us/req, idle cores "
-                                f"{r.get('idle_cores', '-')}")
+                                f"{r.get('idle_cores', '-')}"
+                                + (f", connections per worker {r['conns_per_worker']}"
+                                   if "conns_per_worker" in r else ""))
                     row = {t: summarize(rounds[t]) for t in sc_targets}
                     row["rounds"] = rounds
                     row["paired"] = {"fg_over_nginx_rps": paired(rounds, "fencegate", "nginx"),
