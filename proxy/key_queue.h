@@ -152,6 +152,10 @@ class KeyQueue {
   // std::hash<std::string> map instead compares the key with every entry
   // while it holds 20 or fewer (its "small size" path), and under load each
   // of those entries is a cache miss, last touched by the other I/O thread.
+  // (Inserting a new key hashes it once more: the standard map's insert
+  // takes no hash.) The shard is the hash modulo kShards and the bucket
+  // the same hash modulo libstdc++'s prime bucket count, so keys that share
+  // a shard do not crowd into a few of its buckets.
   struct HashedKey {
     std::string_view key;
     size_t hash;
