@@ -145,7 +145,7 @@ Status ReadRecords(std::istream& in, std::vector<TokenRecord>* records) {
   return Status::Ok();
 }
 
-Status ExportTokens(const RocksDbStore& store, std::ostream& out,
+Status ExportTokens(RocksDbStore& store, std::ostream& out,
                     uint64_t* count) {
   *count = 0;
   Status s = store.ForEach([&](const std::string& key, uint64_t token) {

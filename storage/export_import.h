@@ -49,7 +49,7 @@ Status ReadRecords(std::istream& in, std::vector<TokenRecord>* records);
 
 // Writes every key of store to out, one line each; *count = lines written.
 // Blocks on disk reads (RocksDbStore::ForEach).
-Status ExportTokens(const RocksDbStore& store, std::ostream& out,
+Status ExportTokens(RocksDbStore& store, std::ostream& out,
                     uint64_t* count);
 
 // Opens the engine that options name for reading, exports it as above and

@@ -10,6 +10,8 @@
 #include <rocksdb/file_system.h>
 #include <rocksdb/write_batch.h>
 
+#include <boost/container/small_vector.hpp>
+
 #include "storage/journal.h"
 #include "storage/rocksdb_support.h"
 
@@ -22,6 +24,10 @@ constexpr std::chrono::milliseconds kJournalCheck{50};
 
 // Decide's batch keeps a buffer up to this size between batches.
 constexpr size_t kKeptBatchBytes = 64u << 10;
+
+// Callers stop deciding while this many times apply_every changes wait for
+// RocksDB (it refuses them: a stall or an error).
+constexpr size_t kMostPendingPerApply = 16;
 
 // Proves that the disk takes synced writes again (recovery): an empty write
 // that syncs RocksDB's WAL.
@@ -71,7 +77,9 @@ RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
       decide_on_caller_(options.decide_on_caller &&
                         options.durability == Durability::kAsync),
       free_space_(std::make_unique<rocksdb_support::FreeSpaceGuard>(options.path)),
-      changes_(std::make_unique<rocksdb::WriteBatch>()) {
+      changes_(std::make_unique<rocksdb::WriteBatch>()),
+      deferred_(options.durability == Durability::kAsync),
+      apply_(std::make_unique<rocksdb::WriteBatch>()) {
   if (options.durability == Durability::kAsync) {
     journal_ = std::make_unique<rocksdb_support::Journal>(fs_, options.path, journal_index);
   }
@@ -106,7 +114,8 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
     std::unique_lock<std::mutex> lock(mu_);
     if (closing_) {
       rejected = Status::Unavailable("token store is closed");
-    } else if (decide_on_caller_ && write_queue_.empty() && !lane_busy_ && !failed_) {
+    } else if (decide_on_caller_ && write_queue_.empty() && !lane_busy_ &&
+               lane_waiters_ == 0 && !failed_) {
       // Async durability and nobody deciding: decide on this thread.
       lane_busy_ = true;
       lock.unlock();
@@ -173,9 +182,32 @@ void RocksDbStore::DecideOnCaller(WriteRequest request) {
       }
     }
   }
+  const bool wake = LaneReleasedLocked();
+  lock.unlock();
+  if (wake) writer_cv_.notify_one();
+}
+
+bool RocksDbStore::LaneReleasedLocked() {
   lane_busy_ = false;
   if (wal_bytes_ >= options_.wal_bytes_per_flush) flush_due_ = true;
-  const bool wake = !write_queue_.empty() || closing_ || failed_ || flush_due_;
+  // Left pending past apply_every: RocksDB refused a caller's write; the
+  // writer applies them, waiting for the stall if need be.
+  if (deferred_ && pending_.size() >= options_.apply_every) apply_due_ = true;
+  if (lane_waiters_ > 0) lane_cv_.notify_all();
+  return !write_queue_.empty() || closing_ || failed_ || flush_due_ || apply_due_;
+}
+
+void RocksDbStore::AcquireLane() {
+  std::unique_lock<std::mutex> lock(mu_);
+  ++lane_waiters_;
+  lane_cv_.wait(lock, [this] { return !lane_busy_; });
+  --lane_waiters_;
+  lane_busy_ = true;
+}
+
+void RocksDbStore::ReleaseLane() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool wake = LaneReleasedLocked();
   lock.unlock();
   if (wake) writer_cv_.notify_one();
 }
@@ -225,10 +257,16 @@ StoreStats RocksDbStore::stats() const {
   s.reopens = reopens_.load(std::memory_order_relaxed);
   s.caller_decided = caller_decided_.load(std::memory_order_relaxed);
   s.flushes = flushes_.load(std::memory_order_relaxed);
+  s.pending_hits = pending_hits_.load(std::memory_order_relaxed);
   return s;
 }
 
-uint64_t RocksDbStore::MemtableEntries() const {
+uint64_t RocksDbStore::MemtableEntries() {
+  if (deferred_) {
+    AcquireLane();
+    (void)ApplyPending(/*from_caller=*/false);  // a failure leaves them out of the count
+    ReleaseLane();
+  }
   std::shared_lock<std::shared_mutex> lock(db_mu_);
   uint64_t n = 0;
   if (db_ == nullptr ||
@@ -271,7 +309,13 @@ Status RocksDbStore::ReadToken(const std::string& key, bool* present,
   return Status::Ok();
 }
 
-Status RocksDbStore::ForEach(const Visitor& visit) const {
+Status RocksDbStore::ForEach(const Visitor& visit) {
+  if (deferred_) {
+    AcquireLane();
+    Status applied = ApplyPending(/*from_caller=*/false);
+    ReleaseLane();
+    if (!applied.ok()) return applied;  // the scan would miss tokens
+  }
   std::shared_lock<std::shared_mutex> lock(db_mu_);
   if (db_ == nullptr) {
     return Status::Unavailable("token store is closed or reopening");
@@ -302,13 +346,15 @@ void RocksDbStore::WriterLoop() {
     batch.clear();
     bool recover = false;
     bool check_journal = false;
+    bool apply = false;  // the pending changes, whatever their number
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Never while a caller decides on its own thread (the lane is busy):
       // that caller answers, lets go of the lane, and wakes this thread if
       // anything is left queued.
       auto ready = [this] {
-        return !lane_busy_ && (closing_ || !write_queue_.empty() || flush_due_);
+        return !lane_busy_ &&
+               (closing_ || !write_queue_.empty() || flush_due_ || (apply_due_ && !failed_));
       };
       for (;;) {
         if (failed_) {
@@ -335,7 +381,19 @@ void RocksDbStore::WriterLoop() {
       if (check_journal) {
         // Not the lane: deleting flushed segments touches no Journal state.
       } else if (!recover) {
-        if (write_queue_.empty() && closing_) return;  // all answered
+        if (write_queue_.empty() && closing_) {
+          // All answered. The pending changes go to RocksDB before
+          // Close() flushes it (if they cannot, Close() reports the
+          // error and the journal keeps them).
+          if (deferred_ && !pending_.empty() && !failed_) {
+            lane_busy_ = true;
+            lock.unlock();
+            (void)ApplyPending(/*from_caller=*/false);
+            lock.lock();
+            (void)LaneReleasedLocked();
+          }
+          return;
+        }
         size_t n = std::min(options_.max_batch, write_queue_.size());
         for (size_t i = 0; i < n; ++i) {
           batch.push_back(std::move(write_queue_.front()));
@@ -345,6 +403,8 @@ void RocksDbStore::WriterLoop() {
       if (!check_journal) {
         lane_busy_ = true;
         flush_due_ = false;
+        apply = apply_due_;
+        apply_due_ = false;
       }
     }
     if (check_journal) {
@@ -355,20 +415,29 @@ void RocksDbStore::WriterLoop() {
       if (Status s = Recover(/*probe=*/true); s.ok()) {
         failed_ = false;
         SetHealth(Status::Ok());
+        // After a resume the memtable still lacks them (ApplyPending sets
+        // failed_ again should RocksDB refuse).
+        if (deferred_) (void)ApplyPending(/*from_caller=*/false);
       } else {
         SetHealth(std::move(s));
       }
     } else {
       if (!batch.empty()) CommitBatch(batch);
+      if (deferred_ && !failed_ && (apply || pending_.size() >= options_.apply_every)) {
+        (void)ApplyPending(/*from_caller=*/false);
+      }
       FlushIfDue();
     }
     std::lock_guard<std::mutex> lock(mu_);
-    lane_busy_ = false;
+    (void)LaneReleasedLocked();  // this thread looks at the queue next
   }
 }
 
 void RocksDbStore::FlushIfDue() {
   if (wal_bytes_ < options_.wal_bytes_per_flush || failed_) return;
+  // Every record of the segments about to close must be in the memtable
+  // about to switch; if RocksDB refuses them, the switch waits.
+  if (deferred_ && !ApplyPending(/*from_caller=*/false).ok()) return;
   // Not waiting for the flush itself (it runs on RocksDB's background
   // thread): the switch to a new memtable and WAL file is all that happens
   // here. A failure shows on the next write, which then fails and recovers
@@ -429,6 +498,8 @@ Status RocksDbStore::Recover(bool probe) {
     }
     journal_switched_upto_ = 0;
     db_ = std::move(db);
+    // The journal held every pending change: the new database has them.
+    pending_.clear();
     reopens_.fetch_add(1, std::memory_order_relaxed);
   }
   if (journal_ != nullptr && !journal_->has_segment()) {
@@ -452,13 +523,21 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
 bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
                           std::span<Outcome> outcomes) {
   if (failed_) {  // never from_caller: Enqueue checks failed_ first
-    if (Status s = Recover(/*probe=*/false); !s.ok()) {
+    Status s = Recover(/*probe=*/false);
+    if (s.ok() && deferred_) s = ApplyPending(/*from_caller=*/false);
+    if (!s.ok()) {
       SetHealth(s);
       for (Outcome& o : outcomes) o.status = s;
       batches_.fetch_add(1, std::memory_order_relaxed);
       requests_.fetch_add(batch.size(), std::memory_order_relaxed);
       return true;
     }
+  }
+  // RocksDB keeps refusing the pending changes: the writer decides (and
+  // waits for RocksDB) until it takes them.
+  if (from_caller && deferred_ &&
+      pending_.size() >= kMostPendingPerApply * options_.apply_every) {
+    return false;
   }
 
   struct Known {
@@ -470,6 +549,9 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   // A batch of one never looks a key up twice and needs no map.
   std::unordered_map<std::string_view, Known> known;
   const bool remember = batch.size() > 1;
+  // The accepted changes (request index, token), pending once the journal
+  // holds the batch.
+  boost::container::small_vector<std::pair<size_t, uint64_t>, 1> accepted;
   rocksdb::WriteBatch& changes = *changes_;
   changes.Clear();  // keeps its buffer
 
@@ -478,6 +560,9 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     Known k;
     if (auto it = known.find(r.key); it != known.end()) {
       k = it->second;
+    } else if (auto hit = pending_.find(std::string_view(r.key)); hit != pending_.end()) {
+      k = Known{true, hit->second};
+      pending_hits_.fetch_add(1, std::memory_order_relaxed);
     } else if (Status s = ReadToken(r.key, &k.present, &k.value, from_caller, /*on_lane=*/true);
                !s.ok()) {
       if (from_caller && s.code() == Status::Code::kBusy) {
@@ -498,6 +583,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
         outcomes[i].status = FromRocks(put, "building write batch");
         continue;
       }
+      if (deferred_) accepted.emplace_back(i, next);
     }
     if (remember) known[r.key] = Known{true, next};
     outcomes[i].fence = Fence{true, next};
@@ -517,16 +603,13 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     wo.no_slowdown = from_caller;
     rocksdb::Status s;
     if (journal_ != nullptr) {
-      // Journal first, then the memtable. Should RocksDB then refuse the
-      // write (a stall from the caller's thread, an error), the record
-      // replays a token nobody was told was accepted: harmless, as with a
-      // WAL record whose write failed ("Failure" in rocksdb_store.h).
-      wo.disableWAL = true;
+      // kAsync: the journal holds the decision; it is pending until
+      // ApplyPending gives it to the memtable. Should RocksDB then refuse
+      // it, the journal replays it at the next open.
       if (Status j = journal_->Append(changes.Data()); !j.ok()) {
         s = rocksdb::Status::IOError(j.message());
       }
-    }
-    if (s.ok()) {
+    } else {
       s = db_->Write(wo, &changes);
       if (from_caller && s.IsIncomplete()) return false;
       db_writes_.fetch_add(1, std::memory_order_relaxed);
@@ -549,12 +632,53 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   }
   if (!failed.ok()) {
     for (Outcome& o : outcomes) o = Outcome{failed, Fence{}};
+  } else if (deferred_) {
+    // In request order: a key changed twice keeps the later token. Its key
+    // is not needed after the decision: moved, not copied.
+    for (const auto& [index, token] : accepted) {
+      pending_.insert_or_assign(std::move(batch[index].key), token);
+    }
+    // Answered from the journal already: a refusal here (a stall, an
+    // error) only leaves the changes pending, for later or for the writer.
+    if (pending_.size() >= options_.apply_every) (void)ApplyPending(from_caller);
   }
   // A batch of big keys does not keep its buffer for the writes after it.
   if (changes.GetDataSize() > kKeptBatchBytes) changes_ = std::make_unique<rocksdb::WriteBatch>();
   batches_.fetch_add(1, std::memory_order_relaxed);
   requests_.fetch_add(batch.size(), std::memory_order_relaxed);
   return true;
+}
+
+Status RocksDbStore::ApplyPending(bool from_caller) {
+  if (pending_.empty()) return Status::Ok();
+  if (db_ == nullptr) return Status::IoError("token store is reopening after a write error");
+  rocksdb::WriteBatch& batch = *apply_;
+  batch.Clear();  // keeps its buffer
+  rocksdb::Status s;
+  for (const auto& [key, token] : pending_) {
+    s = batch.Put(key, EncodeToken(token));
+    if (!s.ok()) break;
+  }
+  if (s.ok()) {
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;  // the journal has every change
+    wo.no_slowdown = from_caller;
+    s = db_->Write(wo, &batch);
+    if (from_caller && s.IsIncomplete()) return Status::Busy("RocksDB stalls writes");
+    db_writes_.fetch_add(1, std::memory_order_relaxed);
+  }
+  Status result;
+  if (s.ok()) {
+    pending_.clear();
+  } else {
+    write_errors_.fetch_add(1, std::memory_order_relaxed);
+    free_space_->Forget();
+    result = FromRocks(s, "token store write failed");
+    failed_ = true;
+    SetHealth(result);
+  }
+  if (batch.GetDataSize() > kKeptBatchBytes) apply_ = std::make_unique<rocksdb::WriteBatch>();
+  return result;
 }
 
 void RocksDbStore::ReaderLoop() {
@@ -567,7 +691,25 @@ void RocksDbStore::ReaderLoop() {
       if (read_queue_.empty()) return;  // closing, and everything answered
       pending.swap(read_queue_);
     }
+    if (deferred_) {
+      // Under the lane only to look at the pending changes: a key without
+      // one has its current token in RocksDB, read below without holding
+      // writes up.
+      AcquireLane();
+      for (ReadRequest& r : pending) {
+        if (auto it = pending_.find(std::string_view(r.key)); it != pending_.end()) {
+          r.pending = true;
+          r.value = it->second;
+        }
+      }
+      ReleaseLane();
+    }
     for (ReadRequest& r : pending) {
+      if (r.pending) {
+        pending_hits_.fetch_add(1, std::memory_order_relaxed);
+        r.handler(Status::Ok(), r.value);
+        continue;
+      }
       bool present = false;
       uint64_t value = 0;
       Status s = ReadToken(r.key, &present, &value, /*cache_only=*/false, /*on_lane=*/false);

@@ -39,12 +39,25 @@
 //    then decides one batch of them too (under the same rules), so that
 //    under load the writer thread is not woken for them. Under kSync every
 //    request goes through the writer (group commit).
-// FenceHandlers run on the writer thread (or, see above, the caller's),
-// GetHandlers on the reader thread; both must be short and must not throw,
-// and must not call Close(). They may call Advance/Raise/Get again (that
-// only enqueues, or decides on the calling thread). Immediate errors (store
-// closed, key too long, queue full) run the handler on the caller's thread
-// before the call returns, as token_store.h allows.
+//
+// Pending changes (kAsync only). Under kAsync a decision is final once
+// its record is in the journal, so the lane keeps the accepted changes in a
+// small map of its own, key -> token, and gives them to RocksDB's memtable
+// apply_every at a time, in one WriteBatch and one DB::Write (ApplyPending),
+// instead of one DB::Write per fenced write: most of what a Write costs is
+// fixed (RocksDB's write thread, sequence numbers, its test sync points,
+// which Debian's build keeps). Whoever holds the lane looks a key up in
+// the map before RocksDB (a key the map lacks has its current token in
+// RocksDB); the reader thread takes the lane to look in the map, then reads
+// RocksDB without it; ForEach and MemtableEntries take it to apply the
+// pending changes first. They also go to RocksDB before the memtable
+// switches (a journal segment is deleted only once every record in it
+// reached a flushed memtable), when the writer stops, and after a
+// recovery; a reopen replays the journal, which holds them, and empties
+// the map. The map holds only what RocksDB lacks: a map of every key
+// written lately was tried (session 32) and cost more than RocksDB's Get,
+// its entries being as cold as the memtable's, which the Get then warms
+// for the write.
 //
 // Durability. Under kSync every batch goes to RocksDB's WAL with
 // WriteOptions::sync (one fsync per batch). Under kAsync RocksDB's WAL is
@@ -93,7 +106,9 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "storage/token_store.h"
@@ -138,6 +153,11 @@ struct RocksDbStoreOptions {
   // skiplist: a fenced write's Get and in-place Put each find the key by
   // its hash. 0 = the skiplist.
   size_t memtable_buckets = 1u << 16;
+  // kAsync's pending changes (see "Pending changes" above) go to RocksDB,
+  // in one write, once this many keys have one; callers stop deciding (the
+  // writer does) while 16 times as many wait, which happens only while
+  // RocksDB refuses the write (a stall, an error).
+  size_t apply_every = 64;
 };
 
 // Counters for benchmarks and tests; each is monotonic since Open.
@@ -145,12 +165,15 @@ struct StoreStats {
   uint64_t requests = 0;      // Advance/Raise requests decided by the writer
   uint64_t batches = 0;       // writer batches (one per drain of the queue)
   uint64_t writes = 0;        // key records written (accepted changes)
-  uint64_t db_writes = 0;     // DB::Write calls (at most one per batch)
+  // DB::Write calls: at most one per batch under kSync; under kAsync one
+  // per ApplyPending (apply_every changes, or fewer before a switch).
+  uint64_t db_writes = 0;
   uint64_t syncs = 0;         // DB::Write calls with sync=true that succeeded
   uint64_t write_errors = 0;  // DB::Write calls that failed
   uint64_t reopens = 0;       // database reopened to recover from an error
   uint64_t caller_decided = 0;  // requests decided on the caller's thread
   uint64_t flushes = 0;  // memtable flushes asked for by wal_bytes_per_flush
+  uint64_t pending_hits = 0;  // kAsync: decisions and reads a pending change answered
 };
 
 class RocksDbStore : public TokenStore {
@@ -201,19 +224,21 @@ class RocksDbStore : public TokenStore {
   StoreStats stats() const;
 
   // Entries in the memtable being filled (RocksDB's
-  // rocksdb.num-entries-active-mem-table): one per key written since the
-  // last switch when rewrites take the key's place. 0 while closed. For
-  // tests and benchmarks; thread-safe, never blocks on I/O.
-  uint64_t MemtableEntries() const;
+  // rocksdb.num-entries-active-mem-table), after the pending changes went
+  // in: one per key written since the last switch when
+  // rewrites take the key's place. 0 while closed. For tests and
+  // benchmarks; thread-safe, waits for the lane (never call it from a
+  // store handler).
+  uint64_t MemtableEntries();
 
   // Calls visit(key, token) for every stored key, in byte order of the keys,
   // from a consistent snapshot of the database; stops early (still ok) when
   // visit returns false. Runs on the caller's thread and BLOCKS on disk
-  // reads: meant for offline tools (fencegate export), never for an I/O
-  // thread. Thread-safe. A stored value that is not 8 bytes stops the scan
+  // reads and on the lane (the pending changes go to RocksDB first): meant for offline tools (fencegate export), never for an I/O
+  // thread or a store handler. Thread-safe. A stored value that is not 8 bytes stops the scan
   // with Corruption; an I/O error stops it with that error.
   using Visitor = std::function<bool(const std::string& key, uint64_t token)>;
-  Status ForEach(const Visitor& visit) const;
+  Status ForEach(const Visitor& visit);
 
  private:
   struct WriteRequest {
@@ -229,7 +254,15 @@ class RocksDbStore : public TokenStore {
   struct ReadRequest {
     std::string key;
     GetHandler handler;
+    bool pending = false;  // a pending change answered (reader thread)
+    uint64_t value = 0;
   };
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+  };
+  // key -> the token RocksDB lacks; looked up by string_view.
+  using PendingChanges = std::unordered_map<std::string, uint64_t, KeyHash, std::equal_to<>>;
 
   RocksDbStore(const RocksDbStoreOptions& options,
                std::shared_ptr<rocksdb::FileSystem> fs, uint64_t journal_index,
@@ -264,6 +297,19 @@ class RocksDbStore : public TokenStore {
   Status ReadToken(const std::string& key, bool* present, uint64_t* value,
                    bool cache_only, bool on_lane) const;
   void SetHealth(Status status);
+  // Lane only, kAsync: gives the pending changes to RocksDB in one write.
+  // from_caller: never waits for a stall (Busy; the writer applies them
+  // later). A failed write keeps them pending, sets failed_ and returns the
+  // error. Ok when none is left.
+  Status ApplyPending(bool from_caller);
+  // From a thread that is not a lane holder or a store handler: waits for
+  // the lane and takes it / lets it go (waking the writer if work waits).
+  void AcquireLane();
+  void ReleaseLane();
+  // Under mu_, as the lane is let go: wakes whoever must run next.
+  // Returns whether the writer must be woken (the caller notifies it after
+  // unlocking).
+  bool LaneReleasedLocked();
   // Holding the lane, on the writer thread: switches the memtable when
   // wal_bytes_per_flush bytes went to the WAL since the last switch, and
   // under kAsync starts a new journal segment first.
@@ -297,6 +343,12 @@ class RocksDbStore : public TokenStore {
   // request (decide_on_caller); one holder at a time, so Advance/Raise stay
   // decided in call order and db_ changes under one owner.
   bool lane_busy_ = false;                // guarded by mu_
+  // Threads waiting in AcquireLane; while any wait, callers queue rather
+  // than take the lane, so that the waiter gets it.
+  int lane_waiters_ = 0;                  // guarded by mu_
+  std::condition_variable lane_cv_;
+  // A caller could not apply the pending changes (a stall): the writer does.
+  bool apply_due_ = false;                // guarded by mu_
   const bool decide_on_caller_;  // decide_on_caller under kAsync
   // A caller's write passed wal_bytes_per_flush: the writer flushes.
   bool flush_due_ = false;                // guarded by mu_
@@ -322,6 +374,10 @@ class RocksDbStore : public TokenStore {
   // The batch Decide fills, kept between batches so that its buffer is
   // not allocated (and grown) again for every write; lane only.
   std::unique_ptr<rocksdb::WriteBatch> changes_;
+  // kAsync's pending changes (see "Pending changes"); lane only.
+  const bool deferred_;
+  PendingChanges pending_;
+  std::unique_ptr<rocksdb::WriteBatch> apply_;  // ApplyPending's batch, kept
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> batches_{0};
@@ -332,6 +388,7 @@ class RocksDbStore : public TokenStore {
   std::atomic<uint64_t> reopens_{0};
   std::atomic<uint64_t> caller_decided_{0};
   std::atomic<uint64_t> flushes_{0};
+  std::atomic<uint64_t> pending_hits_{0};
 
   std::thread writer_;  // started last, joined in Close()
   std::thread reader_;
