@@ -189,7 +189,10 @@ void RocksDbStore::DecideOnCaller(WriteRequest request) {
 
 bool RocksDbStore::LaneReleasedLocked() {
   lane_busy_ = false;
-  if (wal_bytes_ >= options_.wal_bytes_per_flush) flush_due_ = true;
+  // Not while a write failed: the writer recovers first (FlushIfDue would
+  // do nothing, and a flush due would keep waking it before its recovery
+  // timer ran out); the next release after the recovery sets it.
+  if (wal_bytes_ >= options_.wal_bytes_per_flush && !failed_) flush_due_ = true;
   // Left pending past apply_every: RocksDB refused a caller's write; the
   // writer applies them, waiting for the stall if need be.
   if (deferred_ && pending_.size() >= options_.apply_every) apply_due_ = true;
