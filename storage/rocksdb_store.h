@@ -80,9 +80,13 @@
 // about 2 us, a sixth to a tenth of what fencing adds to a write): see
 // FreeSpaceGuard.
 //
-// Failure. If DB::Write fails, every handler of the batch gets the error (no
-// request of the batch is accepted) and Health() reports it until a write
-// succeeds again. The writer then recovers on its own, without a restart,
+// Failure. If DB::Write fails (under kAsync: the journal's append), every
+// handler of the batch gets the error (no request of the batch is accepted)
+// and Health() reports it until a write succeeds again. Under kAsync a
+// failed hand-over of the pending changes (ApplyPending) fails no request:
+// they were answered once the journal held them, stay pending (still read
+// and judged from the map) and go to RocksDB after the recovery; until
+// then, as after any failed write, new requests answer the error. The writer then recovers on its own, without a restart,
 // once the disk does: before the next batch, and every recovery_interval
 // while idle (so Health() turns ok again even when no traffic arrives, for
 // example while a readiness probe keeps traffic away), it calls
@@ -229,18 +233,18 @@ class RocksDbStore : public TokenStore {
 
   // Entries in the memtable being filled (RocksDB's
   // rocksdb.num-entries-active-mem-table), after the pending changes went
-  // in: one per key written since the last switch when
-  // rewrites take the key's place. 0 while closed. For tests and
-  // benchmarks; thread-safe, waits for the lane (never call it from a
-  // store handler).
+  // in: one per key written since the last switch when rewrites take the
+  // key's place. 0 while closed. For tests and benchmarks; thread-safe,
+  // waits for the lane (never call it from a store handler).
   uint64_t MemtableEntries();
 
   // Calls visit(key, token) for every stored key, in byte order of the keys,
   // from a consistent snapshot of the database; stops early (still ok) when
   // visit returns false. Runs on the caller's thread and BLOCKS on disk
-  // reads and on the lane (the pending changes go to RocksDB first): meant for offline tools (fencegate export), never for an I/O
-  // thread or a store handler. Thread-safe. A stored value that is not 8 bytes stops the scan
-  // with Corruption; an I/O error stops it with that error.
+  // reads and on the lane (the pending changes go to RocksDB first): meant
+  // for offline tools (fencegate export), never for an I/O thread or a
+  // store handler. Thread-safe. A stored value that is not 8 bytes stops
+  // the scan with Corruption; an I/O error stops it with that error.
   using Visitor = std::function<bool(const std::string& key, uint64_t token)>;
   Status ForEach(const Visitor& visit);
 

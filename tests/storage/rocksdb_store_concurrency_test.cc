@@ -153,9 +153,9 @@ INSTANTIATE_TEST_SUITE_P(Durabilities, RocksDbStoreAtomicityTest,
                            return info.param == Durability::kSync ? "Sync" : "Async";
                          });
 
-// Under async durability the reader thread takes the lane to look in the
-// token cache while callers decide and hand changes to RocksDB a few at a
-// time: a key read over and over never goes back to an older token, and
+// Under async durability the reader thread takes the lane to look at the
+// pending changes while callers decide and hand changes to RocksDB a few at
+// a time: a key read over and over never goes back to an older token, and
 // ends at the last one written.
 TEST(RocksDbStoreConcurrencyTest, ReadsDuringAsyncWritesNeverGoBack) {
   constexpr int kWriters = 2;
