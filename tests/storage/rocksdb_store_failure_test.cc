@@ -7,7 +7,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <rocksdb/env.h>
@@ -31,7 +33,14 @@ using testing::TempDir;
 
 // kSyncFails: data reaches the file (the page cache), its fsync fails.
 // kWalSyncFails: the same for RocksDB's WAL files (*.log) only.
-enum class DiskFault { kNone, kNoSpace, kIoError, kSyncFails, kWalSyncFails };
+// kTableFilesFail: no table file (*.sst) can be created, so RocksDB's
+// flushes fail; every other file works (the journal among them).
+enum class DiskFault { kNone, kNoSpace, kIoError, kSyncFails, kWalSyncFails, kTableFilesFail };
+
+bool EndsWith(const std::string& name, std::string_view suffix) {
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 bool FailsWrites(DiskFault fault) {
   return fault == DiskFault::kNoSpace || fault == DiskFault::kIoError;
@@ -78,7 +87,7 @@ class FailingFile : public rocksdb::FSWritableFileOwnerWrapper {
       if (wal_) ++*wal_sync_failures_;
       return wal_;
     }
-    return f != DiskFault::kNone;
+    return f != DiskFault::kNone && f != DiskFault::kTableFilesFail;
   }
 
   const std::atomic<DiskFault>* fault_;
@@ -96,15 +105,20 @@ class FailingFs : public rocksdb::FileSystemWrapper {
                            std::unique_ptr<rocksdb::FSWritableFile>* result,
                            IODebugContext* dbg) override {
     if (DiskFault f = fault.load(); FailsWrites(f)) return Injected(f);
+    if (fault.load() == DiskFault::kTableFilesFail && EndsWith(name, ".sst")) {
+      ++table_file_failures;
+      return IOStatus::IOError("injected: cannot create a table file");
+    }
     std::unique_ptr<rocksdb::FSWritableFile> file;
     IOStatus s = target()->NewWritableFile(name, options, &file, dbg);
-    const bool wal = name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0;
+    const bool wal = EndsWith(name, ".log");
     if (s.ok()) result->reset(new FailingFile(std::move(file), &fault, wal, &wal_sync_failures));
     return s;
   }
 
   std::atomic<DiskFault> fault{DiskFault::kNone};
   std::atomic<int> wal_sync_failures{0};  // WAL syncs failed by kWalSyncFails
+  std::atomic<int> table_file_failures{0};  // table files refused by kTableFilesFail
 };
 
 // Each fault under both durabilities: under async the first failing write is
@@ -234,8 +248,8 @@ INSTANTIATE_TEST_SUITE_P(
 // A store over FailingFs, for the tests outside the fixture. Members in
 // this order: the store closes before the file system under it goes.
 struct StoreOnFailingFs {
-  StoreOnFailingFs(Durability durability, std::chrono::milliseconds recovery_interval) {
-    RocksDbStoreOptions options;
+  StoreOnFailingFs(Durability durability, std::chrono::milliseconds recovery_interval,
+                   RocksDbStoreOptions options = {}) {
     options.path = dir.path();
     options.env = env.get();
     options.recovery_interval = recovery_interval;
@@ -318,6 +332,71 @@ TEST(RocksDbStoreAsyncFailure, AReopenDuringRecoveryReplaysTheJournal) {
   EXPECT_TRUE(AdvanceSync(*store, "k1", 12).fence.accepted);
   Status closed = store->Close();
   EXPECT_TRUE(closed.ok()) << closed.ToString();
+}
+
+// Under async the writer asks RocksDB for a memtable switch every
+// wal_bytes_per_flush journal bytes, and first hands it the pending changes
+// (FlushIfDue). When that hand-over fails (here RocksDB stops taking writes
+// after a flush of table files failed), the switch stays due while the
+// store recovers. The writer must then wait out its recovery timer, not
+// take the due switch again and again (it cannot do it while the write
+// fails): with the guard in LaneReleasedLocked taken out, the writer loops
+// on the switch, never reaches its idle recovery, and Health() stays
+// failed after the disk is back.
+TEST(RocksDbStoreAsyncFailure, ASwitchDueWhenAWriteFailsWaitsForTheRecovery) {
+  RocksDbStoreOptions options;
+  options.wal_bytes_per_flush = 2048;
+  options.apply_every = 1u << 20;  // the pending changes go to RocksDB at a switch only
+  StoreOnFailingFs on(Durability::kAsync, std::chrono::milliseconds(10), options);
+  ASSERT_NE(on.store, nullptr);
+  FailingFs* fs = on.fs.get();
+  RocksDbStore* store = on.store.get();
+
+  fs->fault = DiskFault::kTableFilesFail;
+  // A switch's flush fails in the background and RocksDB stops taking
+  // writes; the hand-over before a later switch then fails, and from there
+  // every write answers the error.
+  std::vector<std::string> acknowledged;
+  for (int i = 0; i < 5000 && store->stats().write_errors == 0; ++i) {
+    std::string key = "k" + std::to_string(i);
+    auto r = AdvanceSync(*store, key, 100 + i);
+    if (r.status.ok()) {
+      ASSERT_TRUE(r.fence.accepted);
+      acknowledged.push_back(key);
+    }
+  }
+  ASSERT_GE(store->stats().write_errors, 1u) << "the hand-over never failed";
+  ASSERT_GT(fs->table_file_failures.load(), 0);
+  const uint64_t switches = store->stats().flushes;
+  EXPECT_GE(switches, 1u);
+  EXPECT_FALSE(AdvanceSync(*store, "late", 1).status.ok());
+  EXPECT_FALSE(store->Health().ok());
+
+  fs->fault = DiskFault::kNone;  // no traffic from here to the recovery
+  auto deadline = std::chrono::steady_clock::now() + testing::kHandlerDeadline;
+  while (!store->Health().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(store->Health().ok()) << store->Health().ToString();
+
+  // The switch left due is taken at the first release after the recovery.
+  ASSERT_TRUE(AdvanceSync(*store, "after", 7).fence.accepted);
+  while (store->stats().flushes == switches && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(store->stats().flushes, switches);
+  for (size_t i = 0; i < acknowledged.size(); ++i) {
+    EXPECT_EQ(GetSync(*store, acknowledged[i]).value, std::optional<uint64_t>(100 + i)) << i;
+  }
+  Status closed = store->Close();
+  ASSERT_TRUE(closed.ok()) << closed.ToString();
+
+  auto reopened = OpenRocks(on.dir.path());
+  ASSERT_NE(reopened, nullptr);
+  for (size_t i = 0; i < acknowledged.size(); ++i) {
+    EXPECT_EQ(GetSync(*reopened, acknowledged[i]).value, std::optional<uint64_t>(100 + i)) << i;
+  }
+  EXPECT_EQ(GetSync(*reopened, "after").value, std::optional<uint64_t>(7));
 }
 
 }  // namespace
