@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -356,13 +357,14 @@ TEST(RocksDbStoreAsyncFailure, ASwitchDueWhenAWriteFailsWaitsForTheRecovery) {
   // A switch's flush fails in the background and RocksDB stops taking
   // writes; the hand-over before a later switch then fails, and from there
   // every write answers the error.
-  std::vector<std::string> acknowledged;
+  std::vector<std::pair<std::string, uint64_t>> acknowledged;  // key, token
   for (int i = 0; i < 5000 && store->stats().write_errors == 0; ++i) {
     std::string key = "k" + std::to_string(i);
-    auto r = AdvanceSync(*store, key, 100 + i);
+    const uint64_t token = 100 + i;
+    auto r = AdvanceSync(*store, key, token);
     if (r.status.ok()) {
       ASSERT_TRUE(r.fence.accepted);
-      acknowledged.push_back(key);
+      acknowledged.emplace_back(std::move(key), token);
     }
   }
   ASSERT_GE(store->stats().write_errors, 1u) << "the hand-over never failed";
@@ -385,16 +387,16 @@ TEST(RocksDbStoreAsyncFailure, ASwitchDueWhenAWriteFailsWaitsForTheRecovery) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_GT(store->stats().flushes, switches);
-  for (size_t i = 0; i < acknowledged.size(); ++i) {
-    EXPECT_EQ(GetSync(*store, acknowledged[i]).value, std::optional<uint64_t>(100 + i)) << i;
+  for (const auto& [key, token] : acknowledged) {
+    EXPECT_EQ(GetSync(*store, key).value, std::optional<uint64_t>(token)) << key;
   }
   Status closed = store->Close();
   ASSERT_TRUE(closed.ok()) << closed.ToString();
 
   auto reopened = OpenRocks(on.dir.path());
   ASSERT_NE(reopened, nullptr);
-  for (size_t i = 0; i < acknowledged.size(); ++i) {
-    EXPECT_EQ(GetSync(*reopened, acknowledged[i]).value, std::optional<uint64_t>(100 + i)) << i;
+  for (const auto& [key, token] : acknowledged) {
+    EXPECT_EQ(GetSync(*reopened, key).value, std::optional<uint64_t>(token)) << key;
   }
   EXPECT_EQ(GetSync(*reopened, "after").value, std::optional<uint64_t>(7));
 }
