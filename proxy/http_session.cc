@@ -845,7 +845,8 @@ void HttpSession::FinishRequest(bool keep_alive) {
   if (head_.capacity() > kWaitReadSize) std::string().swap(head_);
   if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) return CloseAfterResponse();
   // Only with the request read whole: no read of it can still be pending.
-  if (home_votes_ >= kMoveAfter && req_parser_ && req_parser_->is_done()) {
+  if (home_votes_ >= (moved_ ? kMoveAfter : kFirstMoveAfter) && req_parser_ &&
+      req_parser_->is_done()) {
     return MoveTo(*wanted_home_);
   }
   DoReadHeader();
@@ -877,8 +878,9 @@ void HttpSession::NoteTurn(const KeyLease& lease) {
     home_votes_ = 0;
     return;
   }
-  // Two waits in a row for keys of the same other thread: a session that
-  // alternates between keys of two threads stays where it is.
+  // Waits in a row for keys of the same other thread (how many: see
+  // kFirstMoveAfter): a session that alternates between keys of two threads
+  // moves once at most.
   home_votes_ = home == wanted_home_ ? home_votes_ + 1 : 1;
   wanted_home_ = home;
 }
@@ -896,7 +898,12 @@ void HttpSession::MoveTo(Worker& home) {
     return DoReadHeader();  // stays
   }
   std::string pending = beast::buffers_to_string(buffer_.data());
-  spdlog::debug("client {} moves to the I/O thread of key {}", client_ip_, intent_.key);
+  if (spdlog::should_log(spdlog::level::debug)) {
+    const auto& workers = ctx_.workers;
+    const auto index = std::find(workers.begin(), workers.end(), &home) - workers.begin();
+    spdlog::debug("client {} moves to the I/O thread of key {} (thread {})", client_ip_, intent_.key,
+                  index);
+  }
   // A HandedConnection closes the socket if the post never runs (shutdown).
   asio::post(home.ioc, [ctx = &ctx_, home = &home, client = HandedConnection(fd, ipv6),
                         slot = std::move(client_slot_), pending = std::move(pending),
@@ -918,6 +925,7 @@ void HttpSession::MoveTo(Worker& home) {
 }
 
 void HttpSession::Resume(std::string_view pending, uint64_t requests_served) {
+  moved_ = true;
   requests_served_ = requests_served;
   if (!pending.empty()) {
     buffer_.commit(asio::buffer_copy(buffer_.prepare(pending.size()), asio::buffer(pending)));

@@ -185,9 +185,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool expect_continue_ = false;
   ClientSlot client_slot_;  // limits.max_connections_per_client
   // NoteTurn: the other thread this session's recent writes waited on keys
-  // of, and how many times in a row; at kMoveAfter it moves there.
+  // of, and how many times in a row. A connection that has not moved yet
+  // moves at kFirstMoveAfter: new clients of a hot key gather on its thread
+  // within one round of its queue. One that moved already (Resume) moves
+  // again only at kMoveAfter, so that one whose writes alternate between
+  // keys of two threads moves once at most, never back and forth.
   Worker* wanted_home_ = nullptr;
   int home_votes_ = 0;
+  bool moved_ = false;
+  static constexpr int kFirstMoveAfter = 1;
   static constexpr int kMoveAfter = 2;
   // Timeouts (deadline.h): armed while an operation on that stream is
   // pending, by Timed() or WriteWhole(). An upstream stream the sweep closed

@@ -244,14 +244,14 @@ admin:
 limits:
   max_connections: {max_conns}
 log:
-  level: warn
+  level: {log_level}
   access_log: {access_log}
 """
 
 
 class Fencegate:
     def __init__(self, procs, binary, work, name, threads, backend_port, durability,
-                 access_log, max_conns=20000, wrapper=(), ready_secs=30):
+                 access_log, max_conns=20000, wrapper=(), ready_secs=30, log_level="warn"):
         # wrapper: argv run in front of the binary (instructions.py: valgrind),
         # which may slow the start: ready_secs bounds the wait for "listening".
         d = os.path.join(work, name)
@@ -261,6 +261,7 @@ class Fencegate:
             f.write(FENCEGATE_YAML.format(threads=threads, backend_port=backend_port,
                                           data=os.path.join(d, "data"), durability=durability,
                                           access_log="true" if access_log else "false",
+                                          log_level=log_level,
                                           max_conns=max_conns))
         self.procs = procs
         self.stderr = open(os.path.join(d, "fencegate.log"), "w")
@@ -1035,6 +1036,9 @@ def main():
     ap.add_argument("--conns", default="1,16,64,256")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--access-log", action="store_true", help="fencegate log.access_log: true")
+    ap.add_argument("--log-level", default="warn",
+                    help="fencegate log.level of the scenarios' runs (debug: with --keep, "
+                         "bench/load/moves.py reads how a hot key's clients gathered)")
     ap.add_argument("--memory-conns", type=int, default=10000)
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--keys", type=int, default=0,
@@ -1111,7 +1115,7 @@ def main():
         "backend_workers": args.backend_workers,
         "wrk_threads": args.wrk_threads, "duration_s": args.duration, "rounds": args.rounds,
         "order": args.order,
-        "access_log": args.access_log, "cpus": os.cpu_count(), "kernel": platform.release(),
+        "access_log": args.access_log, "log_level": args.log_level, "cpus": os.cpu_count(), "kernel": platform.release(),
         "loadavg_start": os.getloadavg(),
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
         "scenarios": {s: SCENARIOS[s] for s in scenarios}},
@@ -1138,11 +1142,12 @@ def main():
         for sc in scenarios:
             durability = "sync" if sc == "put_sync" else "async"
             fg = Fencegate(procs, args.fencegate, work, f"fg-{sc}", args.threads, backend_port,
-                           durability, args.access_log)
+                           durability, args.access_log, log_level=args.log_level)
             base = None
             if args.baseline:
                 base = Fencegate(procs, args.baseline, work, f"fg-base-{sc}", args.threads,
-                                 backend_port, durability, args.access_log)
+                                 backend_port, durability, args.access_log,
+                                 log_level=args.log_level)
             urls = {"direct": f"http://127.0.0.1:{backend_port}",
                     "nginx": f"http://127.0.0.1:{proxy_port}",
                     "fencegate": f"http://127.0.0.1:{fg.port}",

@@ -1,6 +1,8 @@
 """(d) Writes to one key reach the backend one at a time, in the order
 fencegate accepted them; writes to different keys run in parallel."""
 
+import re
+
 from fg_helpers import RawConnection, build_request
 
 
@@ -122,10 +124,10 @@ def test_a_hot_key_handed_to_another_thread_goes_from_the_handing_thread(make_ga
 
 def test_the_clients_of_a_hot_key_move_to_its_thread_with_their_pipelined_requests(
         make_gate, backend):
-    # With two threads, a client whose writes keep waiting for a key that
-    # lives on the other thread moves there between two requests (after two
-    # such waits in a row), with whatever it already sent behind its last
-    # write. Once every client of the key is on the key's thread, the key is
+    # With two threads, a client whose writes wait for a key that lives on
+    # the other thread moves there between two requests (after its first
+    # such wait: test_a_client_moves_after_one_wait_and_at_most_once...),
+    # with whatever it already sent behind its last write. Once every client of the key is on the key's thread, the key is
     # handed on within it: no write is sent upstream by another thread.
     gate = make_gate(threads=2, log={"level": "debug", "access_log": True})
     host = f"{gate.proxy[0]}:{gate.proxy[1]}"
@@ -172,3 +174,60 @@ def test_the_clients_of_a_hot_key_move_to_its_thread_with_their_pipelined_reques
     # Every pipelined GET reached the backend, from whichever thread.
     gets = sorted(e["path"] for e in backend.log() if e["method"] == "GET")
     assert gets == sorted(f"/plain/r{r}-{i}" for r in range(5) for i in range(3)), gets
+
+
+def test_a_client_moves_after_one_wait_and_at_most_once_between_keys_of_two_threads(
+        make_gate, backend):
+    # A connection that has not moved yet moves to the thread of the key its
+    # write waited for after that one wait, so that the new clients of a hot
+    # key gather on its thread within one round of its queue. Once moved, it
+    # moves again only after two waits in a row for keys of one other
+    # thread: a client whose writes alternate between a key of each thread
+    # moves once, never back and forth.
+    gate = make_gate(threads=2, log={"level": "debug"})
+    leader = RawConnection(gate.proxy)  # its writes never wait: it never moves
+
+    def moves():
+        with open(gate.stderr_path) as f:
+            return re.findall(r"moves to the I/O thread of key (\S+) \(thread (\d+)\)", f.read())
+
+    def wait_behind_leader(client, key):
+        leader.send("PUT", key, [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "150")], b"lead",
+                    close=False)
+        backend.wait_until(lambda s: any(a["path"] == key for a in s["active"]),
+                           what=f"the leader's write of {key} to reach the backend")
+        client.send("PUT", key, [("Fencing-Token", "7")], b"waiter", close=False)
+        assert leader.read_response("PUT").status in (200, 201)
+        assert client.read_response("PUT").status in (200, 201)
+        # A move is logged before the moved connection's next request is
+        # read: once this is answered, the log has it.
+        client.send("GET", "/plain/after", [], close=False)
+        assert client.read_response("GET").status == 404
+
+    # A new connection per key, on either thread: the one that waited for a
+    # key of the other thread moves there after that single wait, and the
+    # log says which thread. Until a key of each thread is known.
+    home = {}
+    try:
+        for i in range(40):
+            if len(set(home.values())) == 2:
+                break
+            key = f"/objects/probe{i}"
+            with RawConnection(gate.proxy) as fresh:
+                wait_behind_leader(fresh, key)
+            home.update(moves())
+        by_thread = {t: k for k, t in home.items()}
+        assert len(by_thread) == 2, (
+            f"no new client moved after one wait for a key of both threads: {home}\n"
+            + gate.stderr_tail())
+        moved_before = len(moves())
+        # One client, alternating between a key of each thread, each write
+        # waiting behind the leader's.
+        with RawConnection(gate.proxy) as client:
+            for _ in range(4):
+                for key in by_thread.values():
+                    wait_behind_leader(client, key)
+        later = moves()[moved_before:]
+    finally:
+        leader.close()
+    assert len(later) <= 1, f"a client alternating between {by_thread} moved back and forth: {later}"
