@@ -32,7 +32,7 @@ struct ProxyContext {
   std::atomic<int64_t> requests_in_flight{0};
   std::unique_ptr<ClientLimiter> clients;  // limits.max_connections_per_client
   // Every I/O thread's Worker, in order; set before the first connection.
-  // A session moves to the Worker of a key its writes keep waiting for
+  // A session moves to the Worker of a key its writes wait for
   // (HttpSession::OnVerdict, HomeOf).
   std::vector<Worker*> workers;
 };
