@@ -1037,6 +1037,7 @@ def main():
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--access-log", action="store_true", help="fencegate log.access_log: true")
     ap.add_argument("--log-level", default="warn",
+                    choices=["trace", "debug", "info", "warn", "error", "critical", "off"],
                     help="fencegate log.level of the scenarios' runs (debug: with --keep, "
                          "bench/load/moves.py reads how a hot key's clients gathered)")
     ap.add_argument("--memory-conns", type=int, default=10000)
@@ -1115,7 +1116,8 @@ def main():
         "backend_workers": args.backend_workers,
         "wrk_threads": args.wrk_threads, "duration_s": args.duration, "rounds": args.rounds,
         "order": args.order,
-        "access_log": args.access_log, "log_level": args.log_level, "cpus": os.cpu_count(), "kernel": platform.release(),
+        "access_log": args.access_log, "log_level": args.log_level,
+        "cpus": os.cpu_count(), "kernel": platform.release(),
         "loadavg_start": os.getloadavg(),
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
         "scenarios": {s: SCENARIOS[s] for s in scenarios}},
