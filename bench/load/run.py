@@ -935,8 +935,61 @@ def print_markdown(path):
     print_verdicts(target_verdicts(res), markdown=True)
 
 
+# Settings that change what a round measures: runs that differ in any of
+# them are not draws from one distribution, and pool_runs refuses them.
+POOL_SETTINGS = ("threads", "nginx_proxy_workers", "nginx_keepalive", "backend_workers",
+                 "wrk_threads", "duration_s", "order", "access_log", "log_level", "cpus")
+
+
+def pool_runs(runs):
+    """Several runs' results as one: every point's rounds, per target, one
+    run's after another's, for verdicts over all of them (the median of
+    the days' distribution, with a narrower interval than any one run's).
+    `runs` is a list of (name, loaded JSON). Only runs of one build belong
+    together, which the JSON cannot tell (it has the binary's path); the
+    settings it can tell must match (POOL_SETTINGS), else ValueError names
+    the first that differs. A point or target missing from a run adds no
+    rounds from it."""
+    first_name, first = runs[0]
+    for name, out in runs[1:]:
+        for k in POOL_SETTINGS:
+            a, b = first["meta"].get(k), out["meta"].get(k)
+            if a != b:
+                raise ValueError(f"{name}: {k} is {b!r}, {first_name} has {a!r}: "
+                                 "runs with different settings cannot be pooled")
+    pooled = {}
+    for _, out in runs:
+        for sc, by_c in out["results"].items():
+            for c, row in by_c.items():
+                if not c.isdigit() or "rounds" not in row:
+                    continue
+                dest = pooled.setdefault(sc, {}).setdefault(c, {"rounds": {}})["rounds"]
+                for target, rounds in row["rounds"].items():
+                    dest.setdefault(target, []).extend(rounds)
+    return pooled
+
+
+def print_pooled(paths):
+    """Issue 7's verdicts over the rounds of several runs pooled (pool_runs)."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append((path, json.load(f)))
+    try:
+        pooled = pool_runs(runs)
+    except ValueError as e:
+        log(f"--report: {e}")
+        return 2
+    print(f"{len(runs)} runs pooled: " + ", ".join(
+        f"{p} ({out['meta'].get('date', '?')}, {out['meta'].get('rounds', '?')} rounds)"
+        for p, out in runs))
+    print()
+    print_verdicts(target_verdicts(pooled), markdown=True)
+    return 0
+
+
 def self_test():
-    """Known answers for median_interval, verdict and target_verdicts."""
+    """Known answers for median_interval, verdict, target_verdicts and pool_runs."""
     failures = []
 
     def check(what, got, want):
@@ -1003,6 +1056,29 @@ def self_test():
         ("hot", "16"): "undecided",      # 0.70-0.90 spans 0.8
         ("hot", "64"): "met",            # 0.85-0.95 of its own round's reference
         ("hot", "256"): "missed"})       # 0.5 of ref_seq, though 1.0 of put_async's direct
+    # Pooling: two runs of a point, each undecided (6 rounds: [min, max],
+    # and each has one round under 0.8), whose 12 rounds together are met
+    # (12 rounds: [x(3), x(10)], and x(3) is 0.85).
+    def hot_run(rps, **meta):
+        return {"meta": {"duration_s": 1, "rounds": len(rps), **meta},
+                "results": {"put_hot": {"256": {"rounds": {
+                    "fencegate": [{"rps": v} for v in rps],
+                    "ref_seq": [{"rps": 1000}] * len(rps)}}}}}
+    a = hot_run([700, 850, 880, 900, 920, 950])
+    b = hot_run([760, 860, 870, 890, 900, 910])
+    for name, run in (("a", a), ("b", b)):
+        alone = [r["verdict"] for r in target_verdicts(run["results"])]
+        check(f"pool: {name} alone", alone, ["undecided"])
+    pooled = pool_runs([("a", a), ("b", b)])
+    check("pool: rounds", len(pooled["put_hot"]["256"]["rounds"]["fencegate"]), 12)
+    both = target_verdicts(pooled)
+    check("pool: verdict", [(r["median"], r["interval"]["low"], r["verdict"]) for r in both],
+          [(0.885, 0.85, "met")])
+    try:
+        pool_runs([("a", a), ("c", hot_run([800] * 6, duration_s=3))])
+        failures.append("pool: runs of different durations were pooled")
+    except ValueError as e:
+        check("pool: refused", "duration_s" in str(e), True)
     for f in failures:
         log(f"self-test: {f}")
     log(f"self-test: {'FAILED' if failures else 'passed'} ({len(failures)} failures)")
@@ -1063,8 +1139,10 @@ def main():
                          "DIR/trace-<scenario>[-fg_pass]-c<conns>.data and report where a "
                          "request's time goes, wake by wake (bench/load/phases.py; skews those "
                          "runs: use a separate invocation)")
-    ap.add_argument("--report", metavar="JSON",
-                    help="print the ratio table of an earlier run as Markdown and exit")
+    ap.add_argument("--report", metavar="JSON", nargs="+",
+                    help="print the ratio table of an earlier run as Markdown and exit; with "
+                         "several runs of one build, issue 7's verdicts over all their rounds "
+                         "pooled (the runs' settings must match)")
     ap.add_argument("--self-test", action="store_true",
                     help="check the interval and verdict arithmetic on made-up rounds and exit "
                          "(ctest: bench.load_selftest)")
@@ -1072,7 +1150,9 @@ def main():
     if args.self_test:
         return self_test()
     if args.report:
-        print_markdown(args.report)
+        if len(args.report) > 1:
+            return print_pooled(args.report)
+        print_markdown(args.report[0])
         return 0
     if args.quick:
         args.duration, args.rounds, args.conns = 1, 1, "8"
