@@ -948,8 +948,10 @@ def pool_runs(runs):
     `runs` is a list of (name, loaded JSON). Only runs of one build belong
     together, which the JSON cannot tell (it has the binary's path); the
     settings it can tell must match (POOL_SETTINGS), else ValueError names
-    the first that differs. A point or target missing from a run adds no
-    rounds from it."""
+    the first that differs. Round i of every target of a point stays one
+    round: a target a run lacks (a JSON from before it existed) or has
+    fewer rounds of is filled with failed rounds, which the ratios skip,
+    so that no target's rounds shift against another's."""
     first_name, first = runs[0]
     for name, out in runs[1:]:
         for k in POOL_SETTINGS:
@@ -957,15 +959,25 @@ def pool_runs(runs):
             if a != b:
                 raise ValueError(f"{name}: {k} is {b!r}, {first_name} has {a!r}: "
                                  "runs with different settings cannot be pooled")
-    pooled = {}
-    for _, out in runs:
+    def points(out):
         for sc, by_c in out["results"].items():
             for c, row in by_c.items():
-                if not c.isdigit() or "rounds" not in row:
-                    continue
-                dest = pooled.setdefault(sc, {}).setdefault(c, {"rounds": {}})["rounds"]
-                for target, rounds in row["rounds"].items():
-                    dest.setdefault(target, []).extend(rounds)
+                if c.isdigit() and "rounds" in row:
+                    yield sc, c, row["rounds"]
+
+    targets = {}  # (scenario, conns) -> every target any run has there
+    for _, out in runs:
+        for sc, c, rounds in points(out):
+            targets.setdefault((sc, c), set()).update(rounds)
+    pooled = {}
+    for name, out in runs:
+        for sc, c, rounds in points(out):
+            n = max(len(r) for r in rounds.values())
+            dest = pooled.setdefault(sc, {}).setdefault(c, {"rounds": {}})["rounds"]
+            for target in sorted(targets[(sc, c)]):
+                got = rounds.get(target, [])
+                filler = [{"failed": f"no such round in {name}"}] * (n - len(got))
+                dest.setdefault(target, []).extend(list(got) + filler)
     return pooled
 
 
@@ -1074,6 +1086,13 @@ def self_test():
     both = target_verdicts(pooled)
     check("pool: verdict", [(r["median"], r["interval"]["low"], r["verdict"]) for r in both],
           [(0.885, 0.85, "met")])
+    # A run without the reference (a JSON from before it existed) pooled
+    # before one with it: its rounds must not pair with the other's.
+    old = hot_run([500] * 6)
+    del old["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
+    mixed = target_verdicts(pool_runs([("old", old), ("b", b)]))
+    check("pool: a target one run lacks", [(r["median"], r["interval"]["rounds"]) for r in mixed],
+          [(0.88, 6)])
     try:
         pool_runs([("a", a), ("c", hot_run([800] * 6, duration_s=3))])
         failures.append("pool: runs of different durations were pooled")
