@@ -656,20 +656,24 @@ def target_verdicts(res):
     return rows
 
 
-def print_verdicts(rows, markdown=False):
+def print_verdicts(rows, markdown=False, each_run=None):
+    """`each_run`: (target, conns) -> a note for an extra last column, "each
+    run's median" (print_pooled)."""
     if not rows:
         return
     head = ("target", "conns", "goal", "median", f"interval ({COVERAGE:.0%}+)", "rounds",
-            "verdict")
+            "verdict") + (("each run's median",) if each_run is not None else ())
     lines = []
     for r in rows:
         i = r["interval"]
         span = f"{i['low']} - {i['high']} ({i['coverage']:.0%})" if i else "-"
         lines.append((r["target"], r["conns"], r["goal"], str(r["median"]), span,
-                      str(i["rounds"] if i else 0), r["verdict"]))
+                      str(i["rounds"] if i else 0), r["verdict"]) +
+                     ((each_run.get((r["target"], r["conns"]), "-"),)
+                      if each_run is not None else ()))
     if markdown:
         print("| " + " | ".join(head) + " |")
-        print("|---|---:|---|---:|---|---:|---|")
+        print("|---|---:|---|---:|---|---:|---|" + ("---|" if each_run is not None else ""))
         for line in lines:
             print("| " + " | ".join(line) + " |")
         return
@@ -938,46 +942,59 @@ def print_markdown(path):
 # Settings that change what a round measures: runs that differ in any of
 # them are not draws from one distribution, and pool_runs refuses them.
 POOL_SETTINGS = ("threads", "nginx_proxy_workers", "nginx_keepalive", "backend_workers",
-                 "wrk_threads", "duration_s", "order", "access_log", "log_level", "cpus")
+                 "wrk_threads", "duration_s", "order", "access_log", "log_level", "cpus",
+                 "kernel", "nginx", "quick", "scenarios")
 
 
 def pool_runs(runs):
     """Several runs' results as one: every point's rounds, per target, one
-    run's after another's, for verdicts over all of them (the median of
-    the days' distribution, with a narrower interval than any one run's).
-    `runs` is a list of (name, loaded JSON). Only runs of one build belong
-    together, which the JSON cannot tell (it has the binary's path); the
-    settings it can tell must match (POOL_SETTINGS), else ValueError names
-    the first that differs. Round i of every target of a point stays one
-    round: a target a run lacks (a JSON from before it existed) or has
-    fewer rounds of is filled with failed rounds, which the ratios skip,
-    so that no target's rounds shift against another's."""
+    run's after another's, for verdicts over all of them. `runs` is a list
+    of (name, loaded JSON). The interval over pooled rounds takes every
+    round for a draw from one distribution; rounds of one run resemble one
+    another more than rounds of runs hours apart do, so it is narrower than
+    the spread from run to run warrants (README, s39).
+
+    Only runs of one build belong together, which the JSON cannot tell (it
+    has the binary's path); the settings it can tell must match
+    (POOL_SETTINGS), and one run (its start time) may come once: else
+    ValueError says why. Round i of a run stays round i of every target of
+    every point: a target or a point a run lacks (a JSON from before it
+    existed), or has fewer rounds of, is filled with failed rounds, which
+    the ratios skip. So a run without the hot key's `ref_seq` adds no
+    hot-key rounds when pooled with one that has it."""
     first_name, first = runs[0]
+    started = {}
+    for name, out in runs:
+        date = out["meta"].get("date")
+        if date is not None and date in started:
+            raise ValueError(f"{name}: the run of {started[date]} (started {date}): pooled "
+                             "twice, its rounds would count twice")
+        started[date] = name
     for name, out in runs[1:]:
         for k in POOL_SETTINGS:
             a, b = first["meta"].get(k), out["meta"].get(k)
             if a != b:
                 raise ValueError(f"{name}: {k} is {b!r}, {first_name} has {a!r}: "
                                  "runs with different settings cannot be pooled")
-    def points(out):
-        for sc, by_c in out["results"].items():
-            for c, row in by_c.items():
-                if c.isdigit() and "rounds" in row:
-                    yield sc, c, row["rounds"]
 
-    targets = {}  # (scenario, conns) -> every target any run has there
+    def points(out):
+        return {(sc, c): row["rounds"] for sc, by_c in out["results"].items()
+                for c, row in by_c.items() if c.isdigit() and "rounds" in row}
+
+    targets = {}  # (scenario, conns) -> every target any run has there, in order
     for _, out in runs:
-        for sc, c, rounds in points(out):
-            targets.setdefault((sc, c), set()).update(rounds)
+        for point, rounds in points(out).items():
+            targets.setdefault(point, {}).update(dict.fromkeys(rounds))
     pooled = {}
     for name, out in runs:
-        for sc, c, rounds in points(out):
-            n = max(len(r) for r in rounds.values())
+        mine = points(out)
+        n = max((len(r) for rounds in mine.values() for r in rounds.values()), default=0)
+        filler = {"failed": f"no such round in {name}"}
+        for (sc, c), names in targets.items():
             dest = pooled.setdefault(sc, {}).setdefault(c, {"rounds": {}})["rounds"]
-            for target in sorted(targets[(sc, c)]):
-                got = rounds.get(target, [])
-                filler = [{"failed": f"no such round in {name}"}] * (n - len(got))
-                dest.setdefault(target, []).extend(list(got) + filler)
+            for target in names:
+                got = mine.get((sc, c), {}).get(target, [])
+                dest.setdefault(target, []).extend(list(got) + [filler] * (n - len(got)))
     return pooled
 
 
@@ -996,7 +1013,18 @@ def print_pooled(paths):
         f"{p} ({out['meta'].get('date', '?')}, {out['meta'].get('rounds', '?')} rounds)"
         for p, out in runs))
     print()
-    print_verdicts(target_verdicts(pooled), markdown=True)
+    # Each run's own median beside the pooled one: how far runs differ,
+    # which the pooled interval does not account for (pool_runs).
+    each_run = {}
+    for _, out in runs:
+        for r in target_verdicts(out["results"]):
+            each_run.setdefault((r["target"], r["conns"]), []).append(str(r["median"]))
+    print_verdicts(target_verdicts(pooled), markdown=True,
+                   each_run={k: " / ".join(v) for k, v in each_run.items()})
+    print()
+    print("The interval takes every round for a draw from one distribution; rounds of one run "
+          "resemble one another more than those of runs hours apart, so it is narrower than the "
+          "spread from run to run warrants: read it with each run's median.")
     return 0
 
 
@@ -1070,14 +1098,17 @@ def self_test():
         ("hot", "256"): "missed"})       # 0.5 of ref_seq, though 1.0 of put_async's direct
     # Pooling: two runs of a point, each undecided (6 rounds: [min, max],
     # and each has one round under 0.8), whose 12 rounds together are met
-    # (12 rounds: [x(3), x(10)], and x(3) is 0.85).
-    def hot_run(rps, **meta):
-        return {"meta": {"duration_s": 1, "rounds": len(rps), **meta},
+    # (12 rounds: [x(3), x(10)], and x(3) is 0.85). The reference moves
+    # from round to round, so a round paired with another's is caught.
+    refs = [1000, 1250, 800, 1000, 1600, 500]
+
+    def hot_run(ratios, **meta):
+        return {"meta": {"duration_s": 1, "rounds": len(ratios), **meta},
                 "results": {"put_hot": {"256": {"rounds": {
-                    "fencegate": [{"rps": v} for v in rps],
-                    "ref_seq": [{"rps": 1000}] * len(rps)}}}}}
-    a = hot_run([700, 850, 880, 900, 920, 950])
-    b = hot_run([760, 860, 870, 890, 900, 910])
+                    "fencegate": [{"rps": q * r} for q, r in zip(ratios, refs)],
+                    "ref_seq": [{"rps": r} for r in refs[:len(ratios)]]}}}}}
+    a = hot_run([0.70, 0.85, 0.88, 0.90, 0.92, 0.95], date="a")
+    b = hot_run([0.91, 0.76, 0.87, 0.89, 0.86, 0.90], date="b")
     for name, run in (("a", a), ("b", b)):
         alone = [r["verdict"] for r in target_verdicts(run["results"])]
         check(f"pool: {name} alone", alone, ["undecided"])
@@ -1088,16 +1119,30 @@ def self_test():
           [(0.885, 0.85, "met")])
     # A run without the reference (a JSON from before it existed) pooled
     # before one with it: its rounds must not pair with the other's.
-    old = hot_run([500] * 6)
+    old = hot_run([0.5] * 6, date="old")
     del old["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
     mixed = target_verdicts(pool_runs([("old", old), ("b", b)]))
     check("pool: a target one run lacks", [(r["median"], r["interval"]["rounds"]) for r in mixed],
           [(0.88, 6)])
-    try:
-        pool_runs([("a", a), ("c", hot_run([800] * 6, duration_s=3))])
-        failures.append("pool: runs of different durations were pooled")
-    except ValueError as e:
-        check("pool: refused", "duration_s" in str(e), True)
+    # Two runs from before ref_seq: the hot key is divided by put_async's
+    # direct run at 1 connection, a point the first run lacks. Its hot
+    # rounds must not pair with the second run's direct rounds.
+    x = hot_run([0.5] * 6, date="x")
+    del x["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
+    y = hot_run([0.9] * 6, date="y")
+    y["results"]["put_hot"]["256"]["rounds"]["fencegate"] = [{"rps": 900}] * 6
+    del y["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
+    y["results"]["put_async"] = {"1": {"rounds": {"direct": [{"rps": 1000}] * 6}}}
+    lacking = target_verdicts(pool_runs([("x", x), ("y", y)]))
+    check("pool: a point one run lacks", [(r["median"], r["interval"]["rounds"]) for r in lacking],
+          [(0.9, 6)])
+    for bad, why in (([("a", a), ("c", hot_run([0.8] * 6, date="c", duration_s=3))], "duration_s"),
+                     ([("a", a), ("a again", a)], "twice")):
+        try:
+            pool_runs(bad)
+            failures.append(f"pool: pooled what it must refuse ({why})")
+        except ValueError as e:
+            check(f"pool: refused ({why})", why in str(e), True)
     for f in failures:
         log(f"self-test: {f}")
     log(f"self-test: {'FAILED' if failures else 'passed'} ({len(failures)} failures)")
