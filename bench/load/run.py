@@ -1001,10 +1001,17 @@ def pool_runs(runs):
 def print_pooled(paths):
     """Issue 7's verdicts over the rounds of several runs pooled (pool_runs)."""
     runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append((path, json.load(f)))
     try:
+        for path in paths:
+            try:
+                with open(path) as f:
+                    out = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise ValueError(f"{path}: cannot be read as a run's JSON: {e}") from e
+            if not isinstance(out, dict) or not isinstance(out.get("meta"), dict) or \
+                    not isinstance(out.get("results"), dict):
+                raise ValueError(f"{path}: not a run's JSON (no \"meta\" and \"results\")")
+            runs.append((path, out))
         pooled = pool_runs(runs)
     except ValueError as e:
         log(f"--report: {e}")
@@ -1015,12 +1022,14 @@ def print_pooled(paths):
     print()
     # Each run's own median beside the pooled one: how far runs differ,
     # which the pooled interval does not account for (pool_runs).
-    each_run = {}
-    for _, out in runs:
-        for r in target_verdicts(out["results"]):
-            each_run.setdefault((r["target"], r["conns"]), []).append(str(r["median"]))
-    print_verdicts(target_verdicts(pooled), markdown=True,
-                   each_run={k: " / ".join(v) for k, v in each_run.items()})
+    # A run without a point shows "-" in its place, so each value stays
+    # under its own run.
+    medians = [{(r["target"], r["conns"]): str(r["median"]) for r in target_verdicts(out["results"])}
+               for _, out in runs]
+    rows = target_verdicts(pooled)
+    print_verdicts(rows, markdown=True, each_run={
+        (r["target"], r["conns"]): " / ".join(m.get((r["target"], r["conns"]), "-")
+                                             for m in medians) for r in rows})
     print()
     print("The interval takes every round for a draw from one distribution; rounds of one run "
           "resemble one another more than those of runs hours apart, so it is narrower than the "
