@@ -103,9 +103,15 @@ struct RouteConfig {
   std::string path_prefix;   // exactly one of path_prefix / path_regex
   std::string path_regex;    // ECMAScript regex matched against the canonical path
                              // (search from start); compiled by Load() to validate it
-  std::vector<std::string> methods{"PUT", "POST", "PATCH", "DELETE"};  // upper-case
+  // Upper-case. Empty (the default) = every method but GET, HEAD, OPTIONS
+  // and TRACE, in any letter case; a list narrows that.
+  std::vector<std::string> methods;
   std::string key = "{path}";  // template, validated by Load()
   RouteMode mode = RouteMode::kEnforce;
+  // path_params: refuse (false: a ';' in a writing request's path is 400) |
+  // keep (true: the parameters are part of the key).
+  bool keep_path_params = false;
+  bool case_insensitive = false;  // keys made from the lower-cased path
   std::optional<Duration> idempotency;  // nullopt = off (SPEC section 7, planned)
   int line = 0;              // line of the route in the file, for messages
 

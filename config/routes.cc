@@ -55,7 +55,53 @@ constexpr std::string_view kPrefixExpected = "a path prefix starting with '/', e
 constexpr std::string_view kRegexExpected =
     "an ECMAScript regular expression such as ^/tenants/([^/]+)/";
 constexpr std::string_view kMethodsExpected =
-    "a non-empty list of distinct HTTP methods such as [PUT, POST, PATCH, DELETE]";
+    "a non-empty list of distinct HTTP methods such as [PUT, POST, PATCH, DELETE] (leave it "
+    "out to fence every method but GET, HEAD, OPTIONS and TRACE)";
+
+// The methods of the IANA HTTP Method Registry. A listed method that is not
+// one of them but one edit away from one ("PUTT", "DELTE", "PSOT") is
+// refused as a likely typo: a misspelt method would silently leave the
+// real one unfenced.
+constexpr std::string_view kKnownMethods[] = {
+    "ACL",        "BASELINE-CONTROL", "BIND",     "CHECKIN",      "CHECKOUT",    "CONNECT",
+    "COPY",       "DELETE",           "GET",      "HEAD",         "LABEL",       "LINK",
+    "LOCK",       "MERGE",            "MKACTIVITY", "MKCALENDAR", "MKCOL",       "MKREDIRECTREF",
+    "MKWORKSPACE", "MOVE",            "OPTIONS",  "ORDERPATCH",   "PATCH",       "POST",
+    "PRI",        "PROPFIND",         "PROPPATCH", "PUT",         "QUERY",       "REBIND",
+    "REPORT",     "SEARCH",           "TRACE",    "UNBIND",       "UNCHECKOUT",  "UNLINK",
+    "UNLOCK",     "UPDATE",           "UPDATEREDIRECTREF", "VERSION-CONTROL",
+};
+
+// True when `a` becomes `b` by one substitution, insertion, deletion or
+// swap of two neighbouring letters.
+bool OneEditApart(std::string_view a, std::string_view b) {
+  if (a == b) return false;
+  if (a.size() == b.size()) {
+    size_t first = 0;
+    while (a[first] == b[first]) ++first;
+    size_t last = a.size() - 1;
+    while (a[last] == b[last]) --last;
+    if (first == last) return true;  // one substitution
+    return last == first + 1 && a[first] == b[last] && a[last] == b[first];  // a swap
+  }
+  if (a.size() + 1 == b.size()) std::swap(a, b);
+  if (a.size() != b.size() + 1) return false;
+  size_t i = 0;
+  while (i < b.size() && a[i] == b[i]) ++i;
+  return a.substr(i + 1) == b.substr(i);  // one letter of `a` dropped
+}
+
+// The known method `method` is likely a typo of, or "".
+std::string_view TypoOf(std::string_view method) {
+  if (std::find(std::begin(kKnownMethods), std::end(kKnownMethods), method) !=
+      std::end(kKnownMethods)) {
+    return {};
+  }
+  for (std::string_view known : kKnownMethods) {
+    if (OneEditApart(method, known)) return known;
+  }
+  return {};
+}
 constexpr std::string_view kKeyExpected =
     "literal text with {path}, {1}..{9} (regex captures) or {header:Name}";
 constexpr std::string_view kIdempotencyExpected = "off or a window such as 10m or 24h";
@@ -77,6 +123,12 @@ bool ReadMethods(YamlReader& r, const Field& f, std::vector<std::string>* out) {
     }
     std::transform(method.begin(), method.end(), method.begin(),
                    [](char c) { return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c; });
+    if (std::string_view known = TypoOf(method); !known.empty()) {
+      return r.Fail(item,
+                    "'" + method + "' is not a known HTTP method; did you mean " +
+                        std::string(known) + "?",
+                    kMethodsExpected);
+    }
     if (std::find(methods.begin(), methods.end(), method) != methods.end()) {
       return r.Fail(item, "'" + method + "' is listed twice", kMethodsExpected);
     }
@@ -151,6 +203,13 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
                                           : RouteMode::kOff;
          return true;
        }},
+      {"path_params", [&](const Field& v) {
+         std::string choice;
+         if (!r.Choice(v, {"refuse", "keep"}, &choice)) return false;
+         route->keep_path_params = choice == "keep";
+         return true;
+       }},
+      {"case_insensitive", [&](const Field& v) { return r.Bool(v, &route->case_insensitive); }},
       {"idempotency", [&](const Field& v) {
          std::string text;
          if (!r.NonEmptyString(v, kIdempotencyExpected, &text)) return false;

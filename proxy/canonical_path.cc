@@ -1,23 +1,24 @@
 #include "proxy/canonical_path.h"
 
 #include <array>
+#include <boost/url/parse.hpp>
 #include <cstdint>
 
 // Why a hand-written pass and not Boost.URL: Boost.URL 1.81's
 // normalize_path() decodes "%2F" into '/', which would turn one path segment
 // into two and let "/a%2Fb" and "/a/b" name the same key; we must refuse an
-// encoded slash instead. It also decodes more than the unreserved set and
-// allocates per step. The rules of SPEC section 3 fit in one left-to-right
-// pass over the bytes with a 256-entry class table: each segment is decoded
-// straight into the output, then checked for "." / ".." once it ends.
+// encoded slash instead, and refuse dot segments with parameters and
+// invalid UTF-8, which it does not look for. The rules fit in one
+// left-to-right pass over the bytes with a 256-entry class table: each
+// segment is decoded straight into the output, then checked for "." / ".."
+// once it ends.
 
 namespace fencegate::proxy {
 namespace {
 
 enum CharClass : uint8_t {
   kInvalid,     // not allowed raw in a path
-  kUnreserved,  // ALPHA DIGIT - . _ ~  (decoded when percent-encoded)
-  kOtherPchar,  // sub-delims ! $ & ' ( ) * + , ; = and : @  (kept as is)
+  kPchar,       // ALPHA DIGIT - . _ ~, sub-delims ! $ & ' ( ) * + , ; = and : @
   kSlash,       // '/'
   kPercent,     // '%'
   kNulByte,     // raw NUL
@@ -25,12 +26,12 @@ enum CharClass : uint8_t {
 
 constexpr std::array<uint8_t, 256> MakeClassTable() {
   std::array<uint8_t, 256> t{};  // everything kInvalid (0) by default
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = kUnreserved;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = kUnreserved;
-  for (int c = '0'; c <= '9'; ++c) t[c] = kUnreserved;
-  for (unsigned char c : {'-', '.', '_', '~'}) t[c] = kUnreserved;
-  for (unsigned char c : {'!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', ':', '@'}) {
-    t[c] = kOtherPchar;
+  for (int c = 'A'; c <= 'Z'; ++c) t[c] = kPchar;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = kPchar;
+  for (int c = '0'; c <= '9'; ++c) t[c] = kPchar;
+  for (unsigned char c : {'-', '.', '_', '~', '!', '$', '&', '\'', '(', ')', '*', '+', ',', ';',
+                          '=', ':', '@'}) {
+    t[c] = kPchar;
   }
   t['/'] = kSlash;
   t['%'] = kPercent;
@@ -62,22 +63,69 @@ PathError CheckQuery(std::string_view query) {
   return PathError::kNone;
 }
 
-// True when the walk below would return `raw` unchanged: only bytes kept as
-// they are (no '%' to decode or upper-case), no empty segment but a trailing
-// one (no "//"), no "." or ".." segment. `raw` starts with '/'.
+// "." or "..", alone or followed by parameters (";..."): what a servlet
+// container resolves as a dot segment. `dot_only`: the segment is exactly
+// "." or ".." (removed by the walk); otherwise it has parameters (refused).
+bool IsDotSegment(std::string_view seg, bool* dot_only) {
+  const std::string_view name = seg.substr(0, seg.find(';'));
+  *dot_only = name.size() == seg.size();
+  return name == "." || name == "..";
+}
+
+// RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t n = 0;
+    unsigned char lo = 0x80;
+    unsigned char hi = 0xBF;  // the second byte's range
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;  // overlong below U+0800
+      if (c == 0xED) hi = 0x9F;  // surrogates U+D800..DFFF
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;  // overlong below U+10000
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return false;  // a continuation byte, C0/C1 (overlong), F5..FF
+    }
+    if (i + n >= s.size()) return false;  // cut short
+    const auto second = static_cast<unsigned char>(s[i + 1]);
+    if (second < lo || second > hi) return false;
+    for (size_t k = 2; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (b < 0x80 || b > 0xBF) return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+// True when the walk below would give `raw` back as the decoded path,
+// modulo a trailing slash: only pchar bytes (no '%' to decode), no empty
+// segment but a trailing one (no "//"), no "." or ".." segment, with or
+// without parameters. `raw` starts with '/'.
 bool IsCanonical(std::string_view raw) {
   size_t seg_start = 1;
   for (size_t i = 1;; ++i) {
     if (i == raw.size() || raw[i] == '/') {
       const std::string_view seg = raw.substr(seg_start, i - seg_start);
-      if (seg == "." || seg == "..") return false;
+      bool dot_only = false;
+      if (IsDotSegment(seg, &dot_only)) return false;
       if (i == raw.size()) return true;
       if (seg.empty()) return false;  // "//"
       seg_start = i + 1;
       continue;
     }
-    const uint8_t c = kClass[static_cast<unsigned char>(raw[i])];
-    if (c != kUnreserved && c != kOtherPchar) return false;
+    if (kClass[static_cast<unsigned char>(raw[i])] != kPchar) return false;
   }
 }
 
@@ -103,9 +151,13 @@ PathError Canonicalize(std::string_view target, CanonicalTarget* out, bool short
   if (PathError e = SplitQuery(target, &raw, &query, &has_query); e != PathError::kNone) return e;
   if (shortcut && IsCanonical(raw)) {
     // Most paths: copied as they are, into the strings' kept capacity.
-    out->path.assign(raw);
+    // Only pchar bytes: the path is its own encoding.
+    const bool trailing = raw.size() > 1 && raw.back() == '/';
+    out->forward.assign(raw);
+    out->path.assign(trailing ? raw.substr(0, raw.size() - 1) : raw);
     out->query.assign(query);
     out->has_query = has_query;
+    out->trailing_slash = trailing;
     return PathError::kNone;
   }
 
@@ -117,19 +169,24 @@ PathError Canonicalize(std::string_view target, CanonicalTarget* out, bool short
   path.push_back('/');
   size_t seg_start = 1;
   bool ends_with_name = false;  // the last segment was a regular name
+  bool non_ascii = false;       // a decoded byte >= 0x80: check UTF-8 at the end
 
   for (size_t i = 1;; ++i) {
     if (i == raw.size() || raw[i] == '/') {
       const std::string_view seg(path.data() + seg_start, path.size() - seg_start);
       ends_with_name = false;
+      bool dot_only = false;
       if (seg.empty()) {
         // "//" run or trailing slash: nothing to add.
-      } else if (seg == ".") {
-        path.resize(seg_start);
-      } else if (seg == "..") {
-        if (seg_start == 1) return PathError::kEscapesRoot;
-        path.resize(seg_start);  // drop "..", path is now ".../prev/"
-        path.resize(path.rfind('/', path.size() - 2) + 1);
+      } else if (IsDotSegment(seg, &dot_only)) {
+        if (!dot_only) return PathError::kDotParameters;
+        if (seg == "..") {
+          if (seg_start == 1) return PathError::kEscapesRoot;
+          path.resize(seg_start);  // drop "..", path is now ".../prev/"
+          path.resize(path.rfind('/', path.size() - 2) + 1);
+        } else {
+          path.resize(seg_start);
+        }
       } else {
         path.push_back('/');
         ends_with_name = true;
@@ -141,8 +198,7 @@ PathError Canonicalize(std::string_view target, CanonicalTarget* out, bool short
 
     const char c = raw[i];
     switch (kClass[static_cast<unsigned char>(c)]) {
-      case kUnreserved:
-      case kOtherPchar:
+      case kPchar:
         path.push_back(c);
         break;
       case kPercent: {
@@ -153,13 +209,8 @@ PathError Canonicalize(std::string_view target, CanonicalTarget* out, bool short
         const auto decoded = static_cast<unsigned char>(hi * 16 + lo);
         if (decoded == 0) return PathError::kNul;
         if (decoded == '/' || decoded == '\\') return PathError::kEncodedSlash;
-        if (kClass[decoded] == kUnreserved) {
-          path.push_back(static_cast<char>(decoded));
-        } else {
-          path.push_back('%');
-          path.push_back(kUpperHex[hi]);
-          path.push_back(kUpperHex[lo]);
-        }
+        non_ascii = non_ascii || decoded >= 0x80;
+        path.push_back(static_cast<char>(decoded));
         i += 2;
         break;
       }
@@ -170,15 +221,59 @@ PathError Canonicalize(std::string_view target, CanonicalTarget* out, bool short
     }
   }
 
-  if (ends_with_name) path.pop_back();
+  if (path.size() > 1) path.pop_back();  // the trailing '/' of the invariant
+  if (non_ascii && !IsValidUtf8(path)) return PathError::kBadUtf8;
+  const bool trailing = !ends_with_name && path.size() > 1;
 
+  out->forward.clear();
+  AppendEncodedPath(path, &out->forward);
+  if (trailing) out->forward.push_back('/');
   out->path = std::move(path);
   out->query.assign(query);
   out->has_query = has_query;
+  out->trailing_slash = trailing;
   return PathError::kNone;
 }
 
 }  // namespace
+
+void AppendEncodedPath(std::string_view path, std::string* out) {
+  for (char c : path) {
+    const auto byte = static_cast<unsigned char>(c);
+    const uint8_t cls = kClass[byte];
+    if (cls == kPchar || cls == kSlash) {
+      out->push_back(c);
+    } else {
+      out->push_back('%');
+      out->push_back(kUpperHex[byte >> 4]);
+      out->push_back(kUpperHex[byte & 15]);
+    }
+  }
+}
+
+PathError CanonicalizeDestination(std::string_view value, CanonicalDestination* out) {
+  std::string origin;
+  std::string path;
+  if (value.starts_with('/')) {
+    if (value.find_first_of("?#") != std::string_view::npos) return PathError::kBadDestination;
+    path.assign(value);
+  } else {
+    auto url = boost::urls::parse_absolute_uri(value);
+    if (!url || !url->has_authority() || url->has_userinfo() || url->has_query() ||
+        url->has_fragment() || (url->scheme_id() != boost::urls::scheme::http &&
+                                url->scheme_id() != boost::urls::scheme::https)) {
+      return PathError::kBadDestination;
+    }
+    origin.assign(url->scheme()).append("://").append(url->encoded_authority());
+    path.assign(url->encoded_path());
+    if (path.empty()) path.push_back('/');
+  }
+  CanonicalTarget target;
+  if (PathError e = CanonicalizeTarget(path, &target); e != PathError::kNone) return e;
+  out->origin = std::move(origin);
+  out->target = std::move(target);
+  return PathError::kNone;
+}
 
 PathError CanonicalizeTarget(std::string_view target, CanonicalTarget* out) {
   return Canonicalize(target, out, /*shortcut=*/true);
@@ -204,6 +299,14 @@ const char* PathErrorMessage(PathError e) {
       return "path contains invalid percent-encoding";
     case PathError::kBadCharacter:
       return "path contains a character that is not allowed in a URL path";
+    case PathError::kBadUtf8:
+      return "the percent-decoded path is not valid UTF-8";
+    case PathError::kBadDestination:
+      return "Destination must be an http(s) URI or an absolute path, without query or "
+             "fragment";
+    case PathError::kDotParameters:
+      return "path has a '.' or '..' segment with parameters (such as '..;'), which some "
+             "backends resolve as '..'";
   }
   return "invalid path";
 }

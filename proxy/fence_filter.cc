@@ -4,6 +4,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/beast/core/string.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <boost/container/small_vector.hpp>
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <mutex>
@@ -34,6 +37,135 @@ const char* KeyErrorMessage(KeyTemplate::ExpandError e) {
 
 }  // namespace
 
+namespace {
+
+using boost::beast::iequals;
+
+constexpr std::string_view kOverrideHeaders[] = {"X-HTTP-Method-Override", "X-HTTP-Method",
+                                                 "X-Method-Override"};
+
+bool IsTchar(unsigned char c) {
+  if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
+  return c != 0 &&
+         std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+bool IsMethodToken(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](char c) { return IsTchar(static_cast<unsigned char>(c)); });
+}
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool HasNonAscii(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
+}
+
+// What one pass over the head's fields finds for classification. Views into
+// the fields.
+struct HeadFacts {
+  // The request's method, then every method an override header names.
+  boost::container::small_vector<std::string_view, 2> methods;
+  std::string_view bad_override;  // an override element that is not a method
+  std::string_view bad_override_header;
+  size_t destinations = 0;
+  std::string_view destination;
+  bool has_connection = false;
+};
+
+void ReadHead(std::string_view method, const boost::beast::http::fields& headers,
+              HeadFacts* facts) {
+  facts->methods.push_back(method);
+  for (const auto& field : headers) {
+    const std::string_view name = field.name_string();
+    if (field.name() == http::field::connection) {
+      facts->has_connection = true;
+      continue;
+    }
+    if (name.size() == 11 && iequals(name, "Destination")) {
+      ++facts->destinations;
+      facts->destination = field.value();
+      continue;
+    }
+    if (name.size() < 13 || (name[0] != 'X' && name[0] != 'x')) continue;
+    for (std::string_view header : kOverrideHeaders) {
+      if (name.size() != header.size() || !iequals(name, header)) continue;
+      std::string_view rest = field.value();
+      for (;;) {
+        const size_t comma = rest.find(',');
+        const std::string_view element = TrimOws(rest.substr(0, comma));
+        if (!element.empty() && !IsMethodToken(element) && facts->bad_override.empty()) {
+          facts->bad_override = element;
+          facts->bad_override_header = header;
+        } else if (!element.empty()) {
+          facts->methods.push_back(element);
+        }
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+    }
+  }
+}
+
+bool AnyCopyOrMove(std::span<const std::string_view> methods) {
+  return std::any_of(methods.begin(), methods.end(), [](std::string_view m) {
+    return iequals(m, "COPY") || iequals(m, "MOVE");
+  });
+}
+
+// The checks a path gets once its route is known: "" when it passes, else
+// the 400 bad_path message.
+std::string PathProblem(std::string_view path, const RouteMatch& match, bool may_write,
+                        std::string_view what) {
+  if (!may_write) return {};
+  if (path.find(';') != std::string_view::npos &&
+      !(match.route != nullptr && match.route->keep_path_params)) {
+    return std::string(what) +
+           " has a ';' (path parameters), which servlet containers strip before they look the "
+           "resource up; a route whose backend uses them sets path_params: keep";
+  }
+  if (match.route != nullptr && match.fenced && match.route->case_insensitive &&
+      HasNonAscii(path)) {
+    return std::string(what) + " has non-ASCII characters, which route '" + match.route->name +
+           "' (case_insensitive) cannot fold into one key";
+  }
+  return {};
+}
+
+// Whether a Connection header nominates `name` (which would make it
+// hop-by-hop: dropped before the backend, which must see it).
+bool Nominated(const boost::beast::http::fields& headers, std::string_view name) {
+  for (auto it = headers.find(http::field::connection);
+       it != headers.end() && it->name() == http::field::connection; ++it) {
+    for (auto token : http::token_list{it->value()}) {
+      if (iequals(token, name)) return true;
+    }
+  }
+  return false;
+}
+
+// "" when every header the route's key names is present once with one
+// value, else what is wrong.
+std::string KeyHeaderProblem(const Route& route, const boost::beast::http::fields& headers) {
+  for (std::string_view name : route.key.header_names()) {
+    auto range = headers.equal_range(name);
+    if (range.first == range.second) continue;  // absent: Expand says so
+    if (std::next(range.first) != range.second) {
+      return "the key header " + std::string(name) + " is sent more than once";
+    }
+    if (range.first->value().find(',') != std::string_view::npos) {
+      return "the key header " + std::string(name) + " holds a list (a comma): a key is one value";
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 void Classify(const FenceSettings& settings, const Router& router, std::string_view method,
               std::string_view canonical_path, const boost::beast::http::fields& headers,
               WriteIntent* out) {
@@ -43,13 +175,75 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
   *out = WriteIntent{};
   out->key = std::move(key);
   WriteIntent& intent = *out;
-  RouteMatch match = router.Match(method, canonical_path);
+  auto reject = [&intent](std::string_view code, std::string message) {
+    intent.kind = WriteIntent::Kind::kReject;
+    intent.outcome = "bad_request";
+    intent.reply = MakeError(http::status::bad_request, code, std::move(message));
+    intent.key.clear();
+    intent.extra_keys.clear();
+  };
+
+  HeadFacts facts;
+  ReadHead(method, headers, &facts);
+  if (!facts.bad_override.empty()) {
+    return reject("bad_request", std::string(facts.bad_override_header) + ": '" +
+                                     std::string(facts.bad_override) + "' is not a method name");
+  }
+  const std::span<const std::string_view> methods(facts.methods.data(), facts.methods.size());
+  const bool may_write = std::any_of(methods.begin(), methods.end(),
+                                     [](std::string_view m) { return !IsSafeMethod(m); });
+
+  RouteMatch match = router.Match(methods, canonical_path);
   intent.route = match.route;
-  if (!match.route || !match.fenced) {
+  if (std::string problem = PathProblem(canonical_path, match, may_write, "the path");
+      !problem.empty()) {
+    return reject("bad_path", std::move(problem));
+  }
+
+  // COPY and MOVE also write the resource their Destination names.
+  RouteMatch dest_match;
+  std::string_view dest_path;
+  if (facts.destinations > 0 && AnyCopyOrMove(methods)) {
+    if (facts.destinations > 1) return reject("bad_request", "more than one Destination header");
+    CanonicalDestination dest;
+    if (PathError e = CanonicalizeDestination(facts.destination, &dest); e != PathError::kNone) {
+      return reject("bad_path", std::string("Destination: ") + PathErrorMessage(e));
+    }
+    intent.destination = std::move(dest);
+    dest_path = intent.destination->target.path;
+    dest_match = router.Match(methods, dest_path);
+    if (std::string problem = PathProblem(dest_path, dest_match, may_write, "the Destination");
+        !problem.empty()) {
+      return reject("bad_path", std::move(problem));
+    }
+  }
+  const bool source_fenced = match.route != nullptr && match.fenced;
+  const bool dest_fenced = dest_match.route != nullptr && dest_match.fenced;
+  if (!source_fenced && !dest_fenced) {
     intent.outcome = "forwarded";
     return;
   }
-  intent.shadow = match.route->mode == config::RouteMode::kShadow;
+  if (!source_fenced) intent.route = dest_match.route;
+  intent.shadow = (!source_fenced || match.route->mode == config::RouteMode::kShadow) &&
+                  (!dest_fenced || dest_match.route->mode == config::RouteMode::kShadow);
+
+  // Headers the fence depends on must reach the backend as they were read.
+  if (facts.has_connection && Nominated(headers, settings.token_header)) {
+    return reject("bad_token", "the Connection header nominates " + settings.token_header +
+                                   ", which would keep it from the backend");
+  }
+  for (const RouteMatch* m : {&match, &dest_match}) {
+    if (m->route == nullptr || !m->fenced) continue;
+    for (std::string_view name : m->route->key.header_names()) {
+      if (facts.has_connection && Nominated(headers, name)) {
+        return reject("bad_key", "the Connection header nominates " + std::string(name) +
+                                     ", a header the key is made from");
+      }
+    }
+    if (std::string problem = KeyHeaderProblem(*m->route, headers); !problem.empty()) {
+      return reject("bad_key", std::move(problem));
+    }
+  }
 
   // Step 2 first, so that even a 428 can name the key.
   // A header sent twice cannot name one key: treat it as absent (400 bad_key).
@@ -60,14 +254,19 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     }
     return range.first->value();
   };
-  auto key_error = match.route->key.Expand(canonical_path, match.captures, lookup, &intent.key);
-  if (key_error != KeyTemplate::ExpandError::kNone) {
-    intent.kind = WriteIntent::Kind::kReject;
-    intent.outcome = "bad_request";
+  auto expand = [&](const RouteMatch& m, std::string_view path, std::string* key) {
+    auto key_error = m.route->key.Expand(m.KeyPath(path), m.captures, lookup, key);
+    if (key_error == KeyTemplate::ExpandError::kNone) return true;
+    reject("bad_key", KeyErrorMessage(key_error));
     intent.reply = MakeError(http::status::bad_request, "bad_key", KeyErrorMessage(key_error),
-                             {{"route", match.route->name}});
-    intent.key.clear();
-    return;
+                             {{"route", m.route->name}});
+    return false;
+  };
+  if (source_fenced && !expand(match, canonical_path, &intent.key)) return;
+  if (dest_fenced) {
+    std::string dest_key;
+    if (!expand(dest_match, dest_path, source_fenced ? &dest_key : &intent.key)) return;
+    if (source_fenced && dest_key != intent.key) intent.extra_keys.push_back(std::move(dest_key));
   }
 
   // Step 1: the token. Two values are as many as ParseTokenHeaders needs to

@@ -16,7 +16,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "proxy/canonical_path.h"
 #include "proxy/handoff.h"
 #include "proxy/key_queue.h"
 #include "proxy/replies.h"
@@ -39,7 +41,13 @@ struct WriteIntent {  // NOLINT(bugprone-exception-escape)
   std::optional<Reply> reply;    // for kReject
   std::string outcome;           // metrics/log outcome (SPEC section 9)
   std::string key;               // for kFence (and for logs when known)
+  // Further keys the same write fences with the same token (a COPY or MOVE
+  // into another fenced resource), distinct from `key` and from each other.
+  std::vector<std::string> extra_keys;
   uint64_t token = 0;            // for kFence
+  // A COPY or MOVE with a Destination: the header as the backend receives
+  // it (canonical spelling); nullopt when the request has none to rewrite.
+  std::optional<CanonicalDestination> destination;
   bool shadow = false;           // route mode is shadow: never refuse
   std::string shadow_violation;  // shadow mode: what would have been refused
 };
@@ -48,7 +56,14 @@ struct FenceSettings {
   std::string token_header = "Fencing-Token";
 };
 
-// Steps 1-2: token and key. `canonical_path` comes from CanonicalizeTarget.
+// Steps 1-2: token and key. `canonical_path` is CanonicalizeTarget's path.
+// Besides the route's token and key it refuses (400) what could write one
+// resource under another key or slip past the fence: a ';' in the path of
+// a request that may write (unless its route keeps path parameters), a
+// method-override header that is not a method, a Connection header that
+// nominates the token header or a key header, a key header sent twice or
+// as a list, a bad Destination. The request's methods are its own and
+// those its override headers name: fenced if any of them is.
 WriteIntent Classify(const FenceSettings& settings, const Router& router,
                      std::string_view method, std::string_view canonical_path,
                      const boost::beast::http::fields& headers);

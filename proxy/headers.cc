@@ -286,10 +286,11 @@ void EmitForwardingFields(const http::fields& in, std::string_view client_ip, un
 template <class Sink>
 void EmitUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
                          const CanonicalTarget& target, const config::Config& config,
-                         std::string_view client_ip, std::string_view request_id, Sink& sink) {
+                         std::string_view client_ip, std::string_view request_id,
+                         const CanonicalDestination* destination, Sink& sink) {
   const auto& req = parser.get();
   std::string& line = sink.BeginRequestLine(req.base());
-  line.append(config.upstream.base_path).append(target.path);
+  line.append(config.upstream.base_path).append(target.forward);
   if (target.has_query) line.append("?"sv).append(target.query);
   sink.EndRequestLine(11);
   bool has_host = false;
@@ -298,10 +299,20 @@ void EmitUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
                                                     : std::string_view{config.fencing.token_header},
                        [&](const http::fields::value_type& f) {
                          has_host = has_host || f.name() == http::field::host;
+                         if (destination != nullptr && iequals(f.name_string(), "Destination")) {
+                           return;
+                         }
                          sink.Insert(f);
                        });
   EmitForwardingFields(req.base(), client_ip, config.forwarding.trusted_hops,
                        config.tls.enabled ? "https" : "http", sink);
+  if (destination != nullptr) {
+    sink.BeginField("Destination")
+        .append(destination->origin)
+        .append(config.upstream.base_path)
+        .append(destination->target.forward);
+    sink.EndField();
+  }
   SetField(sink, "X-Request-Id", request_id);
   if (!has_host) {
     char port[8];
@@ -426,17 +437,18 @@ bool ExpectsContinue(const http::fields& fields) {
 void BuildUpstreamRequest(const http::request_parser<http::buffer_body>& parser,
                           const CanonicalTarget& target, const config::Config& config,
                           std::string_view client_ip, std::string_view request_id,
-                          UpstreamRequest* out) {
+                          UpstreamRequest* out, const CanonicalDestination* destination) {
   *out = {};
   MessageSink sink(*out);
-  EmitUpstreamRequest(parser, target, config, client_ip, request_id, sink);
+  EmitUpstreamRequest(parser, target, config, client_ip, request_id, destination, sink);
 }
 
 void AppendUpstreamHead(const http::request_parser<http::buffer_body>& parser,
                         const CanonicalTarget& target, const config::Config& config,
-                        std::string_view client_ip, std::string_view request_id, std::string* out) {
+                        std::string_view client_ip, std::string_view request_id, std::string* out,
+                        const CanonicalDestination* destination) {
   TextSink sink(out);
-  EmitUpstreamRequest(parser, target, config, client_ip, request_id, sink);
+  EmitUpstreamRequest(parser, target, config, client_ip, request_id, destination, sink);
 }
 
 bool BodilessStatus(unsigned status) {

@@ -54,13 +54,17 @@ bool ExpectsContinue(const boost::beast::http::fields& fields);
 // path, HTTP/1.1, the end-to-end fields (the token header only with
 // fencing.forward_token), the forwarding fields, X-Request-Id, a Host when
 // the client sent none, and fencegate's own framing: Content-Length when the
-// client's body had one, else chunked when it was chunked. Replaces *out;
-// its body is left empty for the caller to stream.
+// client's body had one, else chunked when it was chunked. With a
+// `destination` (a COPY or MOVE, fence_filter.h), the Destination field is
+// replaced by its canonical spelling under the upstream base path, so the
+// backend writes exactly the resource that was fenced. Replaces *out; its
+// body is left empty for the caller to stream.
 using UpstreamRequest = boost::beast::http::request<boost::beast::http::buffer_body>;
 void BuildUpstreamRequest(
     const boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser,
     const CanonicalTarget& target, const config::Config& config, std::string_view client_ip,
-    std::string_view request_id, UpstreamRequest* out);
+    std::string_view request_id, UpstreamRequest* out,
+    const CanonicalDestination* destination = nullptr);
 
 // True for the statuses that never have a body: 1xx, 204 and 304.
 bool BodilessStatus(unsigned status);
@@ -115,7 +119,8 @@ void AppendHead(const DownstreamResponse::header_type& h, std::string* out);
 void AppendUpstreamHead(
     const boost::beast::http::request_parser<boost::beast::http::buffer_body>& parser,
     const CanonicalTarget& target, const config::Config& config, std::string_view client_ip,
-    std::string_view request_id, std::string* out);
+    std::string_view request_id, std::string* out,
+    const CanonicalDestination* destination = nullptr);
 DownstreamFraming AppendDownstreamHead(
     const boost::beast::http::response_parser<boost::beast::http::buffer_body>& parser,
     bool head_request, bool client_http11, bool keep_alive, std::string_view request_id,

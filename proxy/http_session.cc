@@ -321,7 +321,7 @@ bool HttpSession::PrepareWholeRequest(ec_t& ec) {
     bytes_in_ += n;
   }
   head_.clear();
-  AppendUpstreamHead(parser, target_, config_, client_ip_, request_id_, &head_);
+  AppendUpstreamHead(parser, target_, config_, client_ip_, request_id_, &head_, Destination());
   if (n > 0) head_.append(body_buffer_.get(), n);
   whole_request_ = true;
   return true;
@@ -428,14 +428,16 @@ void HttpSession::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool 
     // No body (the head alone completed the request): one write of the
     // head, appended straight from the parsed request (up_req_ is not used).
     head_.clear();
-    AppendUpstreamHead(*req_parser_, target_, config_, client_ip_, request_id_, &head_);
+    AppendUpstreamHead(*req_parser_, target_, config_, client_ip_, request_id_, &head_,
+                       Destination());
     // A chunked body complete already is an empty one read by an earlier
     // try (a retry: Retryable() wants no body bytes): its head says chunked,
     // so the last chunk must follow, or the backend waits for it.
     if (req_parser_->chunked()) head_.append("0\r\n\r\n");
     return WriteUpstreamHead();
   }
-  BuildUpstreamRequest(*req_parser_, target_, config_, client_ip_, request_id_, &up_req_);
+  BuildUpstreamRequest(*req_parser_, target_, config_, client_ip_, request_id_, &up_req_,
+                       Destination());
   up_req_.body().data = nullptr;
   up_req_.body().size = 0;
   up_req_.body().more = !req_parser_->is_done();

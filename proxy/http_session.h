@@ -76,6 +76,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The turn came with the request already upstream (FenceVerdict::handed).
   void ContinueHanded(HandedConnection handed);
   void SendReply(Reply reply, std::string_view outcome);
+  // The canonical Destination to forward (COPY, MOVE), or nullptr.
+  const CanonicalDestination* Destination() const {
+    return intent_.destination ? &*intent_.destination : nullptr;
+  }
   void DoDiscardBody();  // read and drop a small unread body before replying
 
   // Forwarding, in order.

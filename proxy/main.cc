@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "locks/lock_server.h"
 #include "proxy/heap_policy.h"
+#include "proxy/route_explain.h"
 #include "proxy/router.h"
 #include "proxy/server.h"
 #include "storage/export_import.h"
@@ -217,6 +218,19 @@ int Main(int argc, char** argv) {
       "import", "raise tokens from JSON lines (never lowers; run while fencegate is stopped)");
   import_cmd->add_option("-c,--config", sub_config, "YAML configuration file (storage section)");
   import_cmd->add_option("-i,--input", import_input, "file to read, - for stdin (default)");
+  proxy::ExplainRequest explain;
+  std::vector<std::string> explain_headers;
+  bool explain_json = false;
+  CLI::App* route_cmd = app.add_subcommand(
+      "route",
+      "print the route, canonical path and keys a request would be fenced under (or why it "
+      "would be refused), without starting anything");
+  route_cmd->add_option("-c,--config", sub_config, "YAML configuration file (routes)");
+  route_cmd->add_option("method", explain.method, "the request's method, e.g. PUT")->required();
+  route_cmd->add_option("target", explain.target, "the request target, e.g. /objects/a%3A1")
+      ->required();
+  route_cmd->add_option("-H,--header", explain_headers, "a request header, 'Name: value'");
+  route_cmd->add_flag("--json", explain_json, "print one JSON object");
   app.require_subcommand(0, 1);
   try {
     app.parse(argc, argv);
@@ -227,10 +241,10 @@ int Main(int argc, char** argv) {
     std::cout << "fencegate " << FENCEGATE_VERSION << "\n";
     return kExitOk;
   }
-  const bool tool = export_cmd->parsed() || import_cmd->parsed();
+  const bool tool = export_cmd->parsed() || import_cmd->parsed() || route_cmd->parsed();
   if (tool && !sub_config.empty()) config_path = sub_config;
   if (tool && check) {
-    std::cerr << "fencegate: --check cannot be combined with export or import\n";
+    std::cerr << "fencegate: --check cannot be combined with export, import or route\n";
     return kExitConfig;
   }
   if (config_path.empty()) {
@@ -269,6 +283,20 @@ int Main(int argc, char** argv) {
     std::cout << "configuration OK: " << config_path << " (proxy " << cfg->endpoint.ToString()
               << (cfg->tls.enabled ? " with TLS" : "") << ", admin " << listener(cfg->admin.endpoint) << ", locks "
               << listener(cfg->locks.endpoint) << ", upstream " << cfg->upstream.url << ")\n";
+    return kExitOk;
+  }
+  if (route_cmd->parsed()) {
+    std::unique_ptr<proxy::Router> router = proxy::Router::Build(cfg->routes, &route_error);
+    for (const std::string& h : explain_headers) {
+      std::pair<std::string, std::string> field;
+      if (!proxy::ParseHeaderArgument(h, &field)) {
+        std::cerr << "fencegate route: -H '" << h << "' is not 'Name: value'\n";
+        return kExitConfig;
+      }
+      explain.headers.push_back(std::move(field));
+    }
+    nlohmann::json e = proxy::ExplainRoute(*cfg, *router, explain);
+    std::cout << (explain_json ? e.dump() + "\n" : proxy::FormatExplanation(e));
     return kExitOk;
   }
   if (export_cmd->parsed()) return RunExport(*cfg, export_output);

@@ -1,6 +1,7 @@
 #include "proxy/router.h"
 
 #include <algorithm>
+#include <boost/beast/core/string.hpp>
 
 #include "proxy/canonical_path.h"
 
@@ -44,7 +45,32 @@ std::string RouteContext(const config::RouteConfig& rc, size_t index) {
   return s + "): ";
 }
 
+char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; }
+
+void FoldInto(std::string_view path, std::string* out) {
+  out->resize(path.size());
+  std::transform(path.begin(), path.end(), out->begin(), AsciiLower);
+}
+
 }  // namespace
+
+bool IsSafeMethod(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE";
+}
+
+bool Route::Covers(std::string_view method) const {
+  if (methods.empty()) return !IsSafeMethod(method);
+  return std::any_of(methods.begin(), methods.end(),
+                     [method](const std::string& m) { return boost::beast::iequals(m, method); });
+}
+
+std::vector<std::string_view> KeyTemplate::header_names() const {
+  std::vector<std::string_view> names;
+  for (const Part& part : parts_) {
+    if (part.kind == Part::kHeader) names.emplace_back(part.text);
+  }
+  return names;
+}
 
 std::optional<KeyTemplate> KeyTemplate::Compile(std::string_view text, std::string* error) {
   if (text.empty()) {
@@ -150,28 +176,33 @@ std::unique_ptr<Router> Router::Build(const std::vector<config::RouteConfig>& ro
     if (rc.path_prefix.empty() == rc.path_regex.empty()) {
       return fail("needs exactly one of path_prefix and path_regex");
     }
+    r.keep_path_params = rc.keep_path_params;
+    r.case_insensitive = rc.case_insensitive;
     if (!rc.path_prefix.empty()) {
-      // Matched against canonical paths, so a prefix that is not canonical
-      // itself ("/a//b", "/a/./b", "%7e") could never match: refuse it.
+      // Matched against decoded canonical paths, so a prefix that is not
+      // canonical itself ("/a//b", "/a/./b", "%7e") could never match: refuse
+      // it. Its trailing slash (a directory) is kept for matching.
       CanonicalTarget canon;
       const PathError pe = CanonicalizeTarget(rc.path_prefix, &canon);
       if (pe != PathError::kNone) {
         return fail("path_prefix '" + rc.path_prefix + "': " + PathErrorMessage(pe));
       }
-      if (canon.has_query || canon.path != rc.path_prefix) {
+      if (canon.has_query || canon.forward != rc.path_prefix) {
         return fail("path_prefix '" + rc.path_prefix + "' is not canonical and would never " +
-                    "match; write it as '" + canon.path + "'");
+                    "match; write it as '" + canon.forward + "'");
       }
-      r.prefix = rc.path_prefix;
+      r.prefix = canon.path;
+      if (canon.trailing_slash) r.prefix.push_back('/');
+      if (r.case_insensitive) FoldInto(std::string(r.prefix), &r.prefix);
     } else {
       try {
-        r.regex.emplace(rc.path_regex, kRegexFlags);
+        r.regex.emplace(rc.path_regex, r.case_insensitive ? kRegexFlags | std::regex::icase
+                                                          : kRegexFlags);
       } catch (const std::regex_error& e) {
         return fail("path_regex '" + rc.path_regex + "' is invalid: " + e.what());
       }
     }
 
-    if (rc.methods.empty()) return fail("methods is empty");
     for (const std::string& m : rc.methods) {
       if (!IsToken(m) ||
           std::any_of(m.begin(), m.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
@@ -194,20 +225,31 @@ std::unique_ptr<Router> Router::Build(const std::vector<config::RouteConfig>& ro
   return router;
 }
 
-RouteMatch Router::Match(std::string_view method, std::string_view canonical_path) const {
+RouteMatch Router::Match(std::span<const std::string_view> methods,
+                         std::string_view canonical_path) const {
   RouteMatch m;
+  bool folded = false;
   for (const Route& r : routes_) {
-    if (std::find(r.methods.begin(), r.methods.end(), method) == r.methods.end()) continue;
+    if (std::none_of(methods.begin(), methods.end(),
+                     [&r](std::string_view method) { return r.Covers(method); })) {
+      continue;
+    }
+    std::string_view path = canonical_path;
+    if (r.case_insensitive) {
+      if (!folded) FoldInto(canonical_path, &m.folded);
+      folded = true;
+      path = m.folded;
+    }
     if (r.regex) {
       std::match_results<std::string_view::const_iterator> groups;
-      if (!std::regex_search(canonical_path.begin(), canonical_path.end(), groups, *r.regex,
+      if (!std::regex_search(path.begin(), path.end(), groups, *r.regex,
                              std::regex_constants::match_continuous)) {
         continue;
       }
       m.captures.reserve(groups.size());
       for (const auto& g : groups) m.captures.emplace_back(g.matched ? g.str() : std::string());
     } else {
-      if (!canonical_path.starts_with(r.prefix)) continue;
+      if (!path.starts_with(r.prefix)) continue;
       m.captures.emplace_back(r.prefix);
     }
     m.route = &r;

@@ -37,6 +37,8 @@ class KeyTemplate {
                      const HeaderLookup& headers, std::string* out) const;
 
   int max_capture() const { return max_capture_; }  // highest {N} used, 0 if none
+  // The headers that {header:Name} parts name, in template order.
+  std::vector<std::string_view> header_names() const;
 
  private:
   struct Part {
@@ -48,14 +50,27 @@ class KeyTemplate {
   int max_capture_ = 0;
 };
 
+// GET, HEAD, OPTIONS and TRACE, spelled exactly so: the methods that do not
+// write. Any other method, in any letter case, may write.
+bool IsSafeMethod(std::string_view method);
+
 struct Route {
   std::string name;
-  std::string prefix;                  // used when !regex
+  // Used when !regex: matched against the decoded canonical path (case-folded
+  // when case_insensitive), so it is held decoded (and folded) too.
+  std::string prefix;
   std::optional<std::regex> regex;     // matched from the start of the path, with a
                                        // linear-time executor (see router.cc)
-  std::vector<std::string> methods;    // upper-case
+  // Upper-case; empty = every method that may write (!IsSafeMethod).
+  // Compared without regard to letter case.
+  std::vector<std::string> methods;
   KeyTemplate key;
   config::RouteMode mode = config::RouteMode::kEnforce;
+  bool keep_path_params = false;  // path_params: keep
+  bool case_insensitive = false;  // matched and keyed on the ASCII-lower-cased path
+
+  // Whether a request with this method is one the route fences.
+  bool Covers(std::string_view method) const;
 };
 
 // (bugprone-exception-escape: small_vector's implicit move is not declared
@@ -66,6 +81,13 @@ struct RouteMatch {  // NOLINT(bugprone-exception-escape)
   // one): matching a write allocates nothing for them.
   boost::container::small_vector<std::string, 2> captures;
   bool fenced = false;                 // a route matched and its mode is not off
+  // A case_insensitive route's copy of the canonical path, lower-cased.
+  std::string folded;
+  // The path the route matched and keys {path} with.
+  std::string_view KeyPath(std::string_view canonical_path) const {
+    return route != nullptr && route->case_insensitive ? std::string_view(folded)
+                                                       : canonical_path;
+  }
 };
 
 class Router {
@@ -73,10 +95,15 @@ class Router {
   // Builds from config routes; nullptr + *error when a route is invalid.
   static std::unique_ptr<Router> Build(const std::vector<config::RouteConfig>& routes,
                                        std::string* error);
-  // The first route whose path matches AND whose method set contains
-  // `method` wins (SPEC: first match wins). A route with mode off therefore
-  // exempts what it matches from later routes. fenced = (mode != off).
-  RouteMatch Match(std::string_view method, std::string_view canonical_path) const;
+  // The first route whose path matches AND that covers one of `methods`
+  // wins (first match wins). A route with mode off therefore exempts what it
+  // matches from later routes. fenced = (mode != off). `methods` holds the
+  // request's method and the ones its method-override headers name.
+  RouteMatch Match(std::span<const std::string_view> methods,
+                   std::string_view canonical_path) const;
+  RouteMatch Match(std::string_view method, std::string_view canonical_path) const {
+    return Match(std::span(&method, 1), canonical_path);
+  }
 
   const std::vector<Route>& routes() const { return routes_; }
 

@@ -23,9 +23,11 @@ TEST(RoutesTest, DefaultsOfAPrefixRoute) {
   EXPECT_EQ(r.name, "route-0");
   EXPECT_EQ(r.path_prefix, "/objects/");
   EXPECT_EQ(r.path_regex, "");
-  EXPECT_EQ(r.methods, (std::vector<std::string>{"PUT", "POST", "PATCH", "DELETE"}));
+  EXPECT_TRUE(r.methods.empty());  // every method but GET, HEAD, OPTIONS, TRACE
   EXPECT_EQ(r.key, "{path}");
   EXPECT_EQ(r.mode, RouteMode::kEnforce);
+  EXPECT_FALSE(r.keep_path_params);
+  EXPECT_FALSE(r.case_insensitive);
   EXPECT_EQ(r.idempotency, std::nullopt);
   EXPECT_EQ(r.line, 3);
 }
@@ -120,6 +122,34 @@ TEST(RoutesTest, BadMethods) {
                       6, "routes[0].methods[1]", "not a method name"));
   EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: [PUT, \"\"]\n"), 4,
                       "routes[0].methods[1]", "is empty"));
+}
+
+// A misspelt method would leave the real one unfenced without a word.
+TEST(RoutesTest, MethodsThatLookLikeTyposAreRefused) {
+  for (const char* typo : {"PUTT", "DELTE", "PSOT", "PACTH", "DELET", "MKCLO", "PU"}) {
+    EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: [PUT, " + std::string(typo) +
+                               "]\n"),
+                        4, "routes[0].methods[1]", "did you mean"))
+        << typo;
+  }
+  // Known methods and names far from any are accepted.
+  Config c = MustLoad(
+      Routes("  - path_prefix: /\n    methods: [LOCK, LINK, MKCOL, PROPPATCH, FROBNICATE]\n"));
+  EXPECT_EQ(c.routes[0].methods.size(), 5u);
+}
+
+TEST(RoutesTest, PathParamsAndCaseInsensitive) {
+  Config c = MustLoad(
+      Routes("  - path_prefix: /a/\n    path_params: keep\n    case_insensitive: true\n"
+             "  - path_prefix: /b/\n    path_params: refuse\n    case_insensitive: false\n"));
+  EXPECT_TRUE(c.routes[0].keep_path_params);
+  EXPECT_TRUE(c.routes[0].case_insensitive);
+  EXPECT_FALSE(c.routes[1].keep_path_params);
+  EXPECT_FALSE(c.routes[1].case_insensitive);
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a/\n    path_params: strip\n"), 4,
+                      "routes[0].path_params", "refuse"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a/\n    case_insensitive: maybe\n"), 4,
+                      "routes[0].case_insensitive", ""));
 }
 
 TEST(RoutesTest, Modes) {

@@ -35,7 +35,7 @@ TEST_P(CanonicalOk, Canonicalizes) {
 INSTANTIATE_TEST_SUITE_P(
     Spec, CanonicalOk,
     ::testing::Values(
-        // SPEC section 3 examples.
+        // The contract's examples.
         OkCase{"//objects//a", "/objects/a", "", false},
         OkCase{"/objects/./a", "/objects/a", "", false},
         OkCase{"/objects/x/../a", "/objects/a", "", false},
@@ -43,29 +43,32 @@ INSTANTIATE_TEST_SUITE_P(
         // Plain paths stay as they are.
         OkCase{"/", "/", "", false}, OkCase{"/objects/a", "/objects/a", "", false},
         OkCase{"/a/b/c.txt", "/a/b/c.txt", "", false},
-        // Slash runs merge, trailing slash is kept.
-        OkCase{"//", "/", "", false}, OkCase{"///a///b///", "/a/b/", "", false},
-        OkCase{"/a/b/", "/a/b/", "", false}, OkCase{"/a//", "/a/", "", false},
+        // Slash runs merge; a trailing slash is not part of the path.
+        OkCase{"//", "/", "", false}, OkCase{"///a///b///", "/a/b", "", false},
+        OkCase{"/a/b/", "/a/b", "", false}, OkCase{"/a//", "/a", "", false},
         // Dot segments.
         OkCase{"/.", "/", "", false}, OkCase{"/./", "/", "", false},
-        OkCase{"/./a", "/a", "", false}, OkCase{"/a/.", "/a/", "", false},
-        OkCase{"/a/..", "/", "", false}, OkCase{"/a/b/..", "/a/", "", false},
-        OkCase{"/a/b/../", "/a/", "", false}, OkCase{"/a/b/../../c", "/c", "", false},
-        OkCase{"/a/./b/./../c/", "/a/c/", "", false}, OkCase{"/a//..//b", "/b", "", false},
+        OkCase{"/./a", "/a", "", false}, OkCase{"/a/.", "/a", "", false},
+        OkCase{"/a/..", "/", "", false}, OkCase{"/a/b/..", "/a", "", false},
+        OkCase{"/a/b/../", "/a", "", false}, OkCase{"/a/b/../../c", "/c", "", false},
+        OkCase{"/a/./b/./../c/", "/a/c", "", false}, OkCase{"/a//..//b", "/b", "", false},
         OkCase{"/a/b/c/../../../", "/", "", false},
         // Only exact "." and ".." are dot segments.
         OkCase{"/a/...", "/a/...", "", false}, OkCase{"/a/..b", "/a/..b", "", false},
-        OkCase{"/a/b..", "/a/b..", "", false}, OkCase{"/a/.b/", "/a/.b/", "", false},
+        OkCase{"/a/b..", "/a/b..", "", false}, OkCase{"/a/.b/", "/a/.b", "", false},
+        OkCase{"/a/.b;c", "/a/.b;c", "", false},
         // Dot segments count after decoding.
         OkCase{"/a/%2e%2e/b", "/b", "", false}, OkCase{"/a/%2E%2E/b", "/b", "", false},
         OkCase{"/a/.%2e/b", "/b", "", false}, OkCase{"/a/%2e./b", "/b", "", false},
-        OkCase{"/a/%2e/b", "/a/b", "", false}, OkCase{"/a/%2e", "/a/", "", false},
-        // Unreserved escapes are decoded (any case), others kept upper-cased.
+        OkCase{"/a/%2e/b", "/a/b", "", false}, OkCase{"/a/%2e", "/a", "", false},
+        // Every escape is decoded, in either case: reserved characters too.
         OkCase{"/%41%5a%61%7A%30%39%2D%2e%5F%7e", "/AZaz09-._~", "", false},
-        OkCase{"/a%20b", "/a%20b", "", false}, OkCase{"/caf%c3%a9", "/caf%C3%A9", "", false},
-        OkCase{"/caf%C3%A9", "/caf%C3%A9", "", false}, OkCase{"/a%3fb", "/a%3Fb", "", false},
-        OkCase{"/a%25", "/a%25", "", false}, OkCase{"/a%2b%2B", "/a%2B%2B", "", false},
-        OkCase{"/%7b%7d", "/%7B%7D", "", false}, OkCase{"/x%3a%40", "/x%3A%40", "", false},
+        OkCase{"/a%20b", "/a b", "", false}, OkCase{"/caf%c3%a9", "/caf\xC3\xA9", "", false},
+        OkCase{"/caf%C3%A9", "/caf\xC3\xA9", "", false}, OkCase{"/a%3fb", "/a?b", "", false},
+        OkCase{"/a%25", "/a%", "", false}, OkCase{"/a%2b%2B+", "/a+++", "", false},
+        OkCase{"/%7b%7d", "/{}", "", false}, OkCase{"/x%3a%40", "/x:@", "", false},
+        OkCase{"/rep%3A1", "/rep:1", "", false}, OkCase{"/a%3B", "/a;", "", false},
+        OkCase{"/a%0Ab", "/a\nb", "", false},
         // Raw sub-delims, ':' and '@' are allowed and kept.
         OkCase{"/!$&'()*+,;=:@", "/!$&'()*+,;=:@", "", false},
         OkCase{"/a-b_c.d~e", "/a-b_c.d~e", "", false},
@@ -75,6 +78,44 @@ INSTANTIATE_TEST_SUITE_P(
         OkCase{"/a?%zz%00%2f", "/a", "%zz%00%2f", true},
         OkCase{"/a?q=\xC3\xA9&r=<>", "/a", "q=\xC3\xA9&r=<>", true},
         OkCase{"/%61?%61", "/a", "%61", true}));
+
+struct ForwardCase {
+  std::string target;
+  std::string forward;
+  bool trailing_slash;
+};
+
+void PrintTo(const ForwardCase& c, std::ostream* os) { *os << '"' << c.target << '"'; }
+
+class CanonicalForward : public ::testing::TestWithParam<ForwardCase> {};
+
+// The backend receives one spelling per resource: pchar bytes raw, every
+// other byte escaped with upper-case hex, the trailing slash kept.
+TEST_P(CanonicalForward, ForwardsOneSpelling) {
+  const ForwardCase& c = GetParam();
+  CanonicalTarget out;
+  ASSERT_EQ(CanonicalizeTarget(c.target, &out), PathError::kNone) << c.target;
+  EXPECT_EQ(out.forward, c.forward) << c.target;
+  EXPECT_EQ(out.trailing_slash, c.trailing_slash) << c.target;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rule, CanonicalForward,
+    ::testing::Values(ForwardCase{"/objects/rep:1", "/objects/rep:1", false},
+                      ForwardCase{"/objects/rep%3A1", "/objects/rep:1", false},
+                      ForwardCase{"/objects/rep%3a1", "/objects/rep:1", false},
+                      ForwardCase{"/a%40b%2B", "/a@b+", false},
+                      ForwardCase{"/a%20b", "/a%20b", false},
+                      ForwardCase{"/caf%c3%a9", "/caf%C3%A9", false},
+                      ForwardCase{"/a%25", "/a%25", false},
+                      ForwardCase{"/a%3f%23", "/a%3F%23", false},
+                      ForwardCase{"/%7b%7D", "/%7B%7D", false},
+                      ForwardCase{"/objects/t1/", "/objects/t1/", true},
+                      ForwardCase{"/objects/t1//", "/objects/t1/", true},
+                      ForwardCase{"/objects/t1/.", "/objects/t1/", true},
+                      ForwardCase{"/objects/t1/x/..", "/objects/t1/", true},
+                      ForwardCase{"/", "/", false}, ForwardCase{"//", "/", false},
+                      ForwardCase{"/a/..", "/", false}));
 
 struct ErrCase {
   std::string target;
@@ -123,6 +164,34 @@ INSTANTIATE_TEST_SUITE_P(EscapesRoot, CanonicalError,
                                            ErrCase{"/%2e%2e", PathError::kEscapesRoot},
                                            ErrCase{"/.%2E/etc/passwd", PathError::kEscapesRoot}));
 
+// Servlet containers strip ";..." from a segment before resolving it, so
+// "..;" is ".." there.
+INSTANTIATE_TEST_SUITE_P(DotParameters, CanonicalError,
+                         ::testing::Values(ErrCase{"/x/..;/objects/k", PathError::kDotParameters},
+                                           ErrCase{"/objects/zz/..;/k", PathError::kDotParameters},
+                                           ErrCase{"/a/.;x/b", PathError::kDotParameters},
+                                           ErrCase{"/a/..;x=1", PathError::kDotParameters},
+                                           ErrCase{"/a/%2e%2e;/b", PathError::kDotParameters},
+                                           ErrCase{"/a/..%3B/b", PathError::kDotParameters},
+                                           ErrCase{"/..;", PathError::kDotParameters}));
+
+// Overlong forms, surrogates, stray continuation bytes, code points above
+// U+10FFFF and sequences cut short.
+INSTANTIATE_TEST_SUITE_P(BadUtf8, CanonicalError,
+                         ::testing::Values(ErrCase{"/a%C0%AF", PathError::kBadUtf8},
+                                           ErrCase{"/a%c0%ae%c0%ae/x", PathError::kBadUtf8},
+                                           ErrCase{"/%C1%81", PathError::kBadUtf8},
+                                           ErrCase{"/%E0%80%AF", PathError::kBadUtf8},
+                                           ErrCase{"/%F0%80%80%AF", PathError::kBadUtf8},
+                                           ErrCase{"/%ED%A0%80", PathError::kBadUtf8},
+                                           ErrCase{"/%F4%90%80%80", PathError::kBadUtf8},
+                                           ErrCase{"/%F5%80%80%80", PathError::kBadUtf8},
+                                           ErrCase{"/%80", PathError::kBadUtf8},
+                                           ErrCase{"/%C3", PathError::kBadUtf8},
+                                           ErrCase{"/%E2%82", PathError::kBadUtf8},
+                                           ErrCase{"/%C3/a", PathError::kBadUtf8},
+                                           ErrCase{"/%FF", PathError::kBadUtf8}));
+
 INSTANTIATE_TEST_SUITE_P(EncodedSlash, CanonicalError,
                          ::testing::Values(ErrCase{"/objects/%2Fa", PathError::kEncodedSlash},
                                            ErrCase{"/objects/%2fa", PathError::kEncodedSlash},
@@ -168,8 +237,16 @@ INSTANTIATE_TEST_SUITE_P(
         ErrCase{"/a?b\r\nX: y", PathError::kBadCharacter},
         ErrCase{"/a?\x7f", PathError::kBadCharacter}));
 
+TEST(CanonicalTarget, ValidUtf8IsDecoded) {
+  CanonicalTarget out;
+  // Two-, three- and four-byte forms at their edges.
+  ASSERT_EQ(CanonicalizeTarget("/%C2%80%DF%BF%E0%A0%80%EF%BF%BF%F0%90%80%80%F4%8F%BF%BF", &out),
+            PathError::kNone);
+  EXPECT_EQ(out.path, "/\xC2\x80\xDF\xBF\xE0\xA0\x80\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF");
+}
+
 TEST(CanonicalTarget, OutputUntouchedOnError) {
-  CanonicalTarget out{"/before", "q", true};
+  CanonicalTarget out{"/before", "/before/", "q", true, true};
   EXPECT_EQ(CanonicalizeTarget("/a/%2F", &out), PathError::kEncodedSlash);
   EXPECT_EQ(out.path, "/before");
   EXPECT_EQ(out.query, "q");
@@ -186,9 +263,10 @@ TEST(CanonicalTarget, ReusedOutputIsOverwritten) {
 }
 
 TEST(CanonicalTarget, ErrorMessagesAreDistinct) {
-  const std::vector<PathError> errors = {PathError::kNotOriginForm, PathError::kEscapesRoot,
-                                         PathError::kEncodedSlash,  PathError::kNul,
-                                         PathError::kBadEncoding,   PathError::kBadCharacter};
+  const std::vector<PathError> errors = {
+      PathError::kNotOriginForm, PathError::kEscapesRoot,   PathError::kEncodedSlash,
+      PathError::kNul,           PathError::kBadEncoding,   PathError::kBadCharacter,
+      PathError::kBadUtf8,       PathError::kDotParameters, PathError::kBadDestination};
   std::set<std::string> seen;
   for (PathError e : errors) {
     const std::string msg = PathErrorMessage(e);
@@ -210,7 +288,6 @@ bool ReferenceCanonical(const std::string& target, std::string* out) {
     start = slash + 1;
   }
   std::vector<std::string> stack;
-  bool trailing_slash = false;
   for (const std::string& raw : raw_segments) {
     std::string seg;
     for (size_t i = 0; i < raw.size(); ++i) {
@@ -218,17 +295,9 @@ bool ReferenceCanonical(const std::string& target, std::string* out) {
         seg += raw[i];
         continue;
       }
-      const int v = std::stoi(raw.substr(i + 1, 2), nullptr, 16);
-      const bool unreserved = std::isalnum(v) || v == '-' || v == '.' || v == '_' || v == '~';
-      if (unreserved) {
-        seg += static_cast<char>(v);
-      } else {
-        seg += '%';
-        for (char h : raw.substr(i + 1, 2)) seg += static_cast<char>(std::toupper(h));
-      }
+      seg += static_cast<char>(std::stoi(raw.substr(i + 1, 2), nullptr, 16));
       i += 2;
     }
-    trailing_slash = true;
     if (seg.empty() || seg == ".") continue;
     if (seg == "..") {
       if (stack.empty()) return false;
@@ -236,12 +305,11 @@ bool ReferenceCanonical(const std::string& target, std::string* out) {
       continue;
     }
     stack.push_back(seg);
-    trailing_slash = false;
   }
   *out = "/";
   for (size_t i = 0; i < stack.size(); ++i) {
     *out += stack[i];
-    if (i + 1 < stack.size() || trailing_slash) *out += '/';
+    if (i + 1 < stack.size()) *out += '/';
   }
   return true;
 }
@@ -251,7 +319,7 @@ bool ReferenceCanonical(const std::string& target, std::string* out) {
 // checks that canonicalization is idempotent.
 TEST(CanonicalTarget, MatchesReferenceOnRandomPaths) {
   const std::vector<std::string> pieces = {"/", "/", "/",   ".",   ".",   "..",  "%2e", "%2E",
-                                           "a", "b", "%41", "%7e", "%20", "%c3", "~",   ";"};
+                                           "a", "b", "%41", "%7e", "%20", "%3a", "~",   "+"};
   std::mt19937 rng(20240601);
   std::uniform_int_distribution<size_t> pick(0, pieces.size() - 1);
   std::uniform_int_distribution<int> len(0, 12);
@@ -271,8 +339,9 @@ TEST(CanonicalTarget, MatchesReferenceOnRandomPaths) {
     ASSERT_EQ(e, PathError::kNone) << target;
     EXPECT_EQ(out.path, expected) << target;
     CanonicalTarget again;
-    ASSERT_EQ(CanonicalizeTarget(out.path, &again), PathError::kNone) << out.path;
+    ASSERT_EQ(CanonicalizeTarget(out.forward, &again), PathError::kNone) << out.forward;
     EXPECT_EQ(again.path, out.path) << "not idempotent for " << target;
+    EXPECT_EQ(again.forward, out.forward) << "not idempotent for " << target;
     ++ok;
   }
   // Both outcomes must be exercised, or the comparison proves little.
@@ -301,13 +370,109 @@ TEST(CanonicalPath, ShortcutAgreesWithTheWalk) {
     ASSERT_EQ(e, detail::CanonicalizeTargetWalk(target, &walk)) << target;
     if (e != PathError::kNone) continue;
     EXPECT_EQ(fast.path, walk.path) << target;
+    EXPECT_EQ(fast.forward, walk.forward) << target;
+    EXPECT_EQ(fast.trailing_slash, walk.trailing_slash) << target;
     EXPECT_EQ(fast.query, walk.query) << target;
     EXPECT_EQ(fast.has_query, walk.has_query) << target;
     const std::string_view raw = std::string_view(target).substr(0, target.find('?'));
-    ++(fast.path == raw ? unchanged : changed);
+    ++(fast.forward == raw ? unchanged : changed);
   }
   EXPECT_GT(unchanged, 1000);
   EXPECT_GT(changed, 1000);
+}
+
+// Percent-decodes `s` (valid escapes only, as CanonicalTarget::forward has).
+std::string Decode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// One resource, many spellings: random segments (reserved and unreserved
+// ASCII, UTF-8 letters), each spelt with random escapes in random hex case,
+// extra slashes, "." segments, detours through ".." and a trailing slash.
+// Every spelling must give one canonical path, and what is forwarded must
+// decode to that path: same decoded resource, same key; the backend gets
+// what was fenced.
+TEST(CanonicalTarget, EverySpellingOfAResourceIsOneKey) {
+  std::mt19937 rng(20261205);
+  auto coin = [&rng](int percent) {
+    return std::uniform_int_distribution<int>(0, 99)(rng) < percent;
+  };
+  const std::string ascii =
+      "abcXYZ019-._~!$&'()*+,=:@ \"<>[]^`{|}#?%";  // no '/', '\\', ';' or NUL
+  const std::vector<std::string> letters = {"\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x94\x92"};
+  auto random_segment = [&] {
+    std::string seg;
+    const int n = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (int i = 0; i < n; ++i) {
+      if (coin(15)) {
+        seg += letters[std::uniform_int_distribution<size_t>(0, letters.size() - 1)(rng)];
+      } else {
+        seg += ascii[std::uniform_int_distribution<size_t>(0, ascii.size() - 1)(rng)];
+      }
+    }
+    if (seg == "." || seg == "..") seg += "x";
+    return seg;
+  };
+  auto spell_byte = [&](unsigned char b, std::string* out) {
+    static const char* kHex = "0123456789ABCDEF";
+    static const char* kLowHex = "0123456789abcdef";
+    const bool pchar = std::isalnum(b) || std::string_view("-._~!$&'()*+,=:@").find(
+                                              static_cast<char>(b)) != std::string_view::npos;
+    if (pchar && b < 0x80 && coin(70)) {
+      *out += static_cast<char>(b);
+      return;
+    }
+    const char* hex = coin(50) ? kHex : kLowHex;
+    *out += '%';
+    *out += (coin(50) ? kHex : hex)[b >> 4];
+    *out += (coin(50) ? kLowHex : hex)[b & 15];
+  };
+  auto spell_dot = [&](std::string* out) { coin(50) ? *out += "." : *out += (coin(50) ? "%2e" : "%2E"); };
+
+  int spellings = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::vector<std::string> segments(std::uniform_int_distribution<size_t>(1, 4)(rng));
+    for (std::string& seg : segments) seg = random_segment();
+    std::string resource;
+    for (const std::string& seg : segments) resource += "/" + seg;
+
+    std::string first_path;
+    for (int variant = 0; variant < 8; ++variant) {
+      std::string target;
+      for (const std::string& seg : segments) {
+        target += coin(20) ? "//" : "/";
+        if (coin(15)) {
+          target += "./";  // a "." segment
+        }
+        if (coin(15)) {  // a detour: "x/../"
+          for (unsigned char b : random_segment()) spell_byte(b, &target);
+          target += "/";
+          spell_dot(&target);
+          spell_dot(&target);
+          target += "/";
+        }
+        for (unsigned char b : seg) spell_byte(b, &target);
+      }
+      if (coin(30)) target += "/";
+      CanonicalTarget out;
+      ASSERT_EQ(CanonicalizeTarget(target, &out), PathError::kNone) << target;
+      EXPECT_EQ(out.path, resource) << target;
+      EXPECT_EQ(Decode(out.forward), out.trailing_slash ? resource + "/" : resource) << target;
+      if (variant == 0) first_path = out.path;
+      EXPECT_EQ(out.path, first_path) << target;
+      ++spellings;
+    }
+  }
+  EXPECT_EQ(spellings, 16000);
 }
 
 }  // namespace

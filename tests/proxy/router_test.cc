@@ -106,24 +106,73 @@ TEST(Router, MethodNotInSetFallsThrough) {
   EXPECT_EQ(MatchName(*r, "PATCH", "/a/x"), "");
 }
 
-TEST(Router, DefaultMethodsAreTheWriteMethods) {
+// By default a route fences every method but GET, HEAD, OPTIONS and TRACE:
+// WebDAV's, unknown ones, and known ones in another letter case, which
+// lenient backends run as the upper-case method.
+TEST(Router, DefaultFencesEveryMethodThatMayWrite) {
   auto r = MustBuild({Prefix("objects", "/objects/")});
   ASSERT_NE(r, nullptr);
-  for (const char* m : {"PUT", "POST", "PATCH", "DELETE"}) {
+  for (const char* m : {"PUT", "POST", "PATCH", "DELETE", "CONNECT", "MKCOL", "PROPPATCH", "LOCK",
+                        "UNLOCK", "COPY", "MOVE", "FROB", "put", "Put", "get", "Get", "head"}) {
     EXPECT_EQ(MatchName(*r, m, "/objects/a"), "objects") << m;
   }
-  for (const char* m : {"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"}) {
+  for (const char* m : {"GET", "HEAD", "OPTIONS", "TRACE"}) {
     EXPECT_EQ(MatchName(*r, m, "/objects/a"), "") << m;
   }
 }
 
-TEST(Router, MethodsAreCaseSensitive) {
-  auto r = MustBuild({Prefix("objects", "/objects/")});
+TEST(Router, ListedMethodsMatchInAnyLetterCase) {
+  auto r = MustBuild({WithMethods(Prefix("objects", "/objects/"), {"PUT"})});
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(MatchName(*r, "put", "/objects/a"), "");
-  EXPECT_EQ(MatchName(*r, "Put", "/objects/a"), "");
+  EXPECT_EQ(MatchName(*r, "PUT", "/objects/a"), "objects");
+  EXPECT_EQ(MatchName(*r, "put", "/objects/a"), "objects");
+  EXPECT_EQ(MatchName(*r, "pUt", "/objects/a"), "objects");
   EXPECT_EQ(MatchName(*r, "PUTX", "/objects/a"), "");
   EXPECT_EQ(MatchName(*r, "PU", "/objects/a"), "");
+  EXPECT_EQ(MatchName(*r, "DELETE", "/objects/a"), "");
+}
+
+// A request's methods are its own and those its override headers name: a
+// route covering any of them matches.
+TEST(Router, AnyOfTheRequestsMethodsMatches) {
+  auto r = MustBuild({WithMethods(Prefix("objects", "/objects/"), {"DELETE"})});
+  ASSERT_NE(r, nullptr);
+  const std::vector<std::string_view> post_as_delete = {"POST", "DELETE"};
+  EXPECT_NE(r->Match(post_as_delete, "/objects/a").route, nullptr);
+  const std::vector<std::string_view> post_as_put = {"POST", "PUT"};
+  EXPECT_EQ(r->Match(post_as_put, "/objects/a").route, nullptr);
+}
+
+// A backend on a case-insensitive file system resolves "/Objects/A" and
+// "/objects/a" to one file: such a route matches and keys the folded path.
+TEST(Router, CaseInsensitiveRouteMatchesAndKeysTheFoldedPath) {
+  RouteConfig ci = Prefix("ci", "/Objects/");
+  ci.case_insensitive = true;
+  RouteConfig re = Regex("re", "^/Tenants/([^/]+)/", "{1}:{path}");
+  re.case_insensitive = true;
+  auto r = MustBuild({ci, re});
+  ASSERT_NE(r, nullptr);
+  for (const char* path : {"/objects/readme", "/OBJECTS/README", "/Objects/ReadMe"}) {
+    const RouteMatch m = r->Match("PUT", path);
+    ASSERT_NE(m.route, nullptr) << path;
+    EXPECT_EQ(m.route->name, "ci");
+    std::string key;
+    ASSERT_EQ(m.route->key.Expand(m.KeyPath(path), m.captures, nullptr, &key),
+              KeyTemplate::ExpandError::kNone);
+    EXPECT_EQ(key, "/objects/readme") << path;
+  }
+  for (const char* path : {"/tenants/acme/x", "/TENANTS/Acme/X"}) {
+    const RouteMatch m = r->Match("PUT", path);
+    ASSERT_NE(m.route, nullptr) << path;
+    EXPECT_EQ(m.route->name, "re");
+    std::string key;
+    ASSERT_EQ(m.route->key.Expand(m.KeyPath(path), m.captures, nullptr, &key),
+              KeyTemplate::ExpandError::kNone);
+    EXPECT_EQ(key, "acme:/tenants/acme/x") << path;
+  }
+  // A case-sensitive route keys the path as it is.
+  auto cs = MustBuild({Prefix("cs", "/objects/")});
+  EXPECT_EQ(MatchName(*cs, "PUT", "/OBJECTS/a"), "");
 }
 
 TEST(Router, PrefixIsAPlainStringPrefix) {
@@ -289,10 +338,23 @@ INSTANTIATE_TEST_SUITE_P(
         BuildErrorCase{"empty_key", Keyed(Prefix("ek", "/a/"), ""), "key"},
         BuildErrorCase{"capture_on_prefix", Keyed(Prefix("cp", "/a/"), "{1}"), "{1}"},
         BuildErrorCase{"capture_beyond_groups", Regex("cg", "/a/(b)/", "{1}{2}"), "{2}"},
-        BuildErrorCase{"no_methods", WithMethods(Prefix("nm", "/a/"), {}), "methods"},
         BuildErrorCase{"lower_method", WithMethods(Prefix("lm", "/a/"), {"PUT", "post"}), "'post'"},
         BuildErrorCase{"empty_method", WithMethods(Prefix("em", "/a/"), {""}), "method"},
         BuildErrorCase{"space_method", WithMethods(Prefix("sm", "/a/"), {"P UT"}), "'P UT'"}));
+
+TEST(RouterBuild, PrefixIsHeldDecoded) {
+  auto r = MustBuild({Prefix("colon", "/a:b/"), Prefix("utf8", "/caf%C3%A9/")});
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->routes()[0].prefix, "/a:b/");
+  EXPECT_EQ(r->routes()[1].prefix, "/caf\xC3\xA9/");
+  EXPECT_EQ(MatchName(*r, "PUT", "/caf\xC3\xA9/x"), "utf8");
+}
+
+TEST(RouterBuild, PrefixMustBeItsCanonicalSpelling) {
+  std::string error;
+  EXPECT_EQ(Router::Build({Prefix("p", "/a%3Ab/")}, &error), nullptr);
+  EXPECT_NE(error.find("'/a:b/'"), std::string::npos) << error;
+}
 
 TEST(RouterBuild, ErrorMentionsConfigLine) {
   RouteConfig rc = Regex("lined", "(");
