@@ -6,11 +6,14 @@
 //   line 3: the value of the X-Tenant header (optional; absent when missing)
 //
 // Invariants checked (a violation traps):
-//  - a canonical path starts with '/', has no empty, "." or ".." segment,
-//    holds only path characters and upper-case %XX escapes of bytes that
-//    are not unreserved, '/', '\' or NUL, and is never longer than the input;
-//  - canonicalizing it again gives itself (idempotent), and the query
-//    comes back unchanged;
+//  - a canonical path starts with '/', has no empty, "." or ".." segment and
+//    no trailing slash (but "/"), no NUL or backslash;
+//  - the forwarded spelling holds only pchar bytes and upper-case %XX
+//    escapes of the bytes that are not, decodes to the canonical path
+//    (plus the trailing slash it reports), and is never longer than the
+//    input;
+//  - canonicalizing the forwarded spelling gives the same path and
+//    spelling (idempotent), and the query comes back unchanged;
 //  - a matched route's whole match is a prefix of the path;
 //  - every key Classify fences is 1..1024 bytes without control bytes;
 //    a "{path}" route fences the canonical path itself;
@@ -80,37 +83,47 @@ int HexValue(char c) {
   return -1;  // lower case is not canonical
 }
 
-bool IsUnreserved(unsigned char c) {
+bool IsPchar(unsigned char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '.' || c == '_' || c == '~';
+         std::string_view("-._~!$&'()*+,;=:@").find(static_cast<char>(c)) != std::string_view::npos;
 }
 
-void CheckCanonicalShape(std::string_view path) {
+void CheckCanonicalShape(const CanonicalTarget& target) {
+  const std::string_view path = target.path;
   FUZZ_CHECK(!path.empty() && path.front() == '/');
+  FUZZ_CHECK(path.size() == 1 || path.back() != '/');
+  FUZZ_CHECK(!target.trailing_slash || path.size() > 1);
   size_t seg_start = 1;
   for (size_t i = 1; i <= path.size(); ++i) {
     if (i == path.size() || path[i] == '/') {
       std::string_view seg = path.substr(seg_start, i - seg_start);
-      // Only a trailing slash may end in an empty segment.
-      FUZZ_CHECK(!seg.empty() || i == path.size());
+      FUZZ_CHECK(!seg.empty() || path.size() == 1);
       FUZZ_CHECK(seg != "." && seg != "..");
       seg_start = i + 1;
       continue;
     }
-    const auto c = static_cast<unsigned char>(path[i]);
+    FUZZ_CHECK(path[i] != '\0' && path[i] != '\\');
+  }
+  // The forwarded spelling: pchar bytes raw, every other byte escaped.
+  std::string decoded;
+  const std::string_view forward = target.forward;
+  for (size_t i = 0; i < forward.size(); ++i) {
+    const auto c = static_cast<unsigned char>(forward[i]);
     if (c == '%') {
-      FUZZ_CHECK(i + 2 < path.size());
-      const int hi = HexValue(path[i + 1]);
-      const int lo = HexValue(path[i + 2]);
+      FUZZ_CHECK(i + 2 < forward.size());
+      const int hi = HexValue(forward[i + 1]);
+      const int lo = HexValue(forward[i + 2]);
       FUZZ_CHECK(hi >= 0 && lo >= 0);
-      const auto decoded = static_cast<unsigned char>(hi * 16 + lo);
-      FUZZ_CHECK(decoded != 0 && decoded != '/' && decoded != '\\' && !IsUnreserved(decoded));
+      const auto byte = static_cast<unsigned char>(hi * 16 + lo);
+      FUZZ_CHECK(!IsPchar(byte) && byte != '/');
+      decoded.push_back(static_cast<char>(byte));
       i += 2;
       continue;
     }
-    FUZZ_CHECK(IsUnreserved(c) || std::string_view("!$&'()*+,;=:@").find(static_cast<char>(c)) !=
-                                      std::string_view::npos);
+    FUZZ_CHECK(IsPchar(c) || c == '/');
+    decoded.push_back(static_cast<char>(c));
   }
+  FUZZ_CHECK(decoded == (target.trailing_slash ? std::string(path) + "/" : std::string(path)));
 }
 
 void CheckKey(std::string_view key) {
@@ -204,20 +217,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CanonicalTarget walked;
   FUZZ_CHECK(fencegate::proxy::detail::CanonicalizeTargetWalk(target_text, &walked) ==
              PathError::kNone);
-  FUZZ_CHECK(walked.path == target.path && walked.query == target.query &&
+  FUZZ_CHECK(walked.path == target.path && walked.forward == target.forward &&
+             walked.trailing_slash == target.trailing_slash && walked.query == target.query &&
              walked.has_query == target.has_query);
 
   const std::string_view raw = target_text.substr(0, target_text.find('?'));
-  CheckCanonicalShape(target.path);
+  CheckCanonicalShape(target);
   FUZZ_CHECK(target.path.size() <= raw.size());
+  FUZZ_CHECK(target.forward.size() <= raw.size());
   FUZZ_CHECK(target.has_query == (target_text.find('?') != std::string_view::npos));
 
-  // Idempotent: the canonical form is its own canonical form.
+  // Idempotent: the forwarded spelling is its own canonical form.
   CanonicalTarget again;
-  FUZZ_CHECK(fencegate::proxy::CanonicalizeTarget(target.path, &again) == PathError::kNone);
-  FUZZ_CHECK(again.path == target.path && !again.has_query);
+  FUZZ_CHECK(fencegate::proxy::CanonicalizeTarget(target.forward, &again) == PathError::kNone);
+  FUZZ_CHECK(again.path == target.path && again.forward == target.forward && !again.has_query);
   if (target.has_query) {
-    const std::string with_query = target.path + "?" + target.query;
+    const std::string with_query = target.forward + "?" + target.query;
     FUZZ_CHECK(fencegate::proxy::CanonicalizeTarget(with_query, &again) == PathError::kNone);
     FUZZ_CHECK(again.path == target.path && again.query == target.query);
   }

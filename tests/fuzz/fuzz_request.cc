@@ -168,7 +168,7 @@ void CheckUpstream(const Setup& s, const http::request_parser<http::buffer_body>
   FUZZ_CHECK(got.version() == 11);
 
   // What was fenced is exactly what the backend receives.
-  std::string want = s.config.upstream.base_path + target.path;
+  std::string want = s.config.upstream.base_path + target.forward;
   if (target.has_query) want.append("?").append(target.query);
   FUZZ_CHECK(got.target() == want);
   std::string_view forwarded_path = got.target();

@@ -719,3 +719,104 @@ class ZkLock:
 
     def release(self):
         self.zk.delete(self.path)
+
+
+class NginxDav:
+    """nginx as a WebDAV backend (PUT, DELETE, MKCOL, COPY, MOVE), as the
+    README's demo runs it: files under `root`. nginx cannot listen on port
+    0, so a free port is picked and tried again if another process takes
+    it first."""
+
+    def __init__(self, work_dir, attempts=5):
+        self.dir = os.path.join(work_dir, "nginx")
+        self.root = os.path.join(self.dir, "www")
+        os.makedirs(os.path.join(self.dir, "tmp"), exist_ok=True)
+        os.makedirs(self.root, exist_ok=True)
+        self.proc = None
+        for _ in range(attempts):
+            port = free_port()
+            self._write_conf(port)
+            self.proc = subprocess.Popen(
+                ["nginx", "-p", self.dir + "/", "-c", os.path.join(self.dir, "nginx.conf"),
+                 "-e", os.path.join(self.dir, "error.log")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if self._wait_listening(port):
+                self.port = port
+                self.addr = ("127.0.0.1", port)
+                return
+            stop_process(self.proc)
+        raise AssertionError(f"nginx did not start; see {self.dir}/error.log")
+
+    def _write_conf(self, port):
+        user = ""
+        if os.getuid() == 0:  # its workers would be 'nobody', who cannot write here
+            import grp
+            import pwd
+            user = f"user {pwd.getpwuid(0).pw_name} {grp.getgrgid(0).gr_name};"
+        d = self.dir
+        with open(os.path.join(d, "nginx.conf"), "w") as f:
+            f.write(f"""{user}
+daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log notice;
+events {{ worker_connections 64; }}
+http {{
+  access_log {d}/access.log;
+  client_body_temp_path {d}/tmp/body;
+  proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi;
+  scgi_temp_path {d}/tmp/scgi;
+  server {{
+    listen 127.0.0.1:{port};
+    root {self.root};
+    location / {{
+      dav_methods PUT DELETE MKCOL COPY MOVE;
+      create_full_put_path on;
+      dav_access user:rw group:r all:r;
+    }}
+  }}
+}}
+""")
+
+    def _wait_listening(self, port, timeout=START_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False  # exited: the port was taken, most likely
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                time.sleep(0.02)  # polling a condition, with a deadline
+        return False
+
+    def file(self, rel):
+        """The stored bytes of a resource, None when absent."""
+        try:
+            with open(os.path.join(self.root, rel.lstrip("/")), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def requests(self):
+        """The request lines nginx received, from its access log."""
+        try:
+            with open(os.path.join(self.dir, "access.log"), encoding="latin-1") as f:
+                return [line.split('"')[1] for line in f if '"' in line]
+        except FileNotFoundError:
+            return []
+
+    def stop(self):
+        if self.proc is not None:
+            stop_process(self.proc, signal.SIGQUIT)
+
+
+def free_port():
+    """A port the kernel just handed out on loopback (for servers that
+    cannot listen on port 0 themselves)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -32,7 +32,8 @@ Behaviour:
 - ``X-Test-Discard-Body: 1`` reads the body and only counts its bytes (for
   bodies too large to keep); the log then has ``body_bytes`` and no body;
 - PUT stores the body under the raw path: 201 when new, 200 when replaced;
-  POST/PATCH answer 200, DELETE 200 (204-free so a body is always present);
+  POST/PATCH answer 200, DELETE 200 (204-free so a body is always present),
+  and so does any other method (WebDAV's, unknown ones, another case);
   GET/HEAD answer the stored body (200) or 404;
 - connections that carried at least one recorded request are counted:
   ``connections`` in ``/__log`` has ``opened`` (at the first such request)
@@ -277,6 +278,13 @@ class Handler(BaseHTTPRequestHandler):
         return 200, json.dumps({"backend": "ok", "method": method}).encode(), "application/json"
 
     do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_OPTIONS = _handle
+
+    def __getattr__(self, name):
+        # Every other method (WebDAV's, unknown ones, ones in another letter
+        # case) is recorded and answered 200 too, as a lenient backend would.
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
 
 
 class IncompleteBody(Exception):

@@ -312,6 +312,34 @@ TEST(DirectHead, UpstreamRequestOfWrk) {
             "\r\n");
 }
 
+// A COPY or MOVE goes upstream with the canonical path and the canonical
+// Destination, both under the upstream base path, in either builder.
+TEST(DirectHead, CopyGoesUpWithTheCanonicalDestination) {
+  http::request_parser<http::buffer_body> parser;
+  ASSERT_NO_FATAL_FAILURE(ParseRequest(
+      "COPY /objects//rep%3a1/ HTTP/1.1\r\nHost: h\r\n"
+      "Destination: http://h/objects/./b%40c\r\nOverwrite: T\r\n\r\n",
+      parser));
+  CanonicalTarget target;
+  ASSERT_EQ(CanonicalizeTarget(parser.get().target(), &target), PathError::kNone);
+  CanonicalDestination dest;
+  ASSERT_EQ(CanonicalizeDestination("http://h/objects/./b%40c", &dest), PathError::kNone);
+  config::Config config = MakeConfig({"defaults", true, 0, false, ""});
+  config.upstream.base_path = "/dav";
+  std::string direct;
+  AppendUpstreamHead(parser, target, config, "127.0.0.1", kRequestId, &direct, &dest);
+  EXPECT_EQ(direct.substr(0, direct.find("\r\n")), "COPY /dav/objects/rep:1/ HTTP/1.1");
+  EXPECT_NE(direct.find("\r\nDestination: http://h/dav/objects/b@c\r\n"), std::string::npos)
+      << direct;
+  EXPECT_EQ(direct.find("%40"), std::string::npos) << direct;
+  EXPECT_NE(direct.find("\r\nOverwrite: T\r\n"), std::string::npos) << direct;
+  UpstreamRequest up;
+  BuildUpstreamRequest(parser, target, config, "127.0.0.1", kRequestId, &up, &dest);
+  std::string built;
+  AppendHead(up.base(), &built);
+  EXPECT_EQ(built, direct);
+}
+
 // A request without Host (HTTP/1.0) gets the upstream's: an IPv6 literal in
 // brackets (RFC 9110 section 7.2, RFC 3986 section 3.2.2), else
 // "[::1]:8080" would read as a host "::1:8080" without a port.
