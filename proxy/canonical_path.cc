@@ -119,7 +119,7 @@ bool IsCanonical(std::string_view raw) {
     if (i == raw.size() || raw[i] == '/') {
       const std::string_view seg = raw.substr(seg_start, i - seg_start);
       bool dot_only = false;
-      if (IsDotSegment(seg, &dot_only)) return false;
+      if (!seg.empty() && seg.front() == '.' && IsDotSegment(seg, &dot_only)) return false;
       if (i == raw.size()) return true;
       if (seg.empty()) return false;  // "//"
       seg_start = i + 1;
@@ -178,7 +178,7 @@ PathError Canonicalize(std::string_view target, CanonicalTarget* out, bool short
       bool dot_only = false;
       if (seg.empty()) {
         // "//" run or trailing slash: nothing to add.
-      } else if (IsDotSegment(seg, &dot_only)) {
+      } else if (seg.front() == '.' && IsDotSegment(seg, &dot_only)) {
         if (!dot_only) return PathError::kDotParameters;
         if (seg == "..") {
           if (seg_start == 1) return PathError::kEscapesRoot;

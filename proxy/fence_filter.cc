@@ -75,13 +75,25 @@ struct HeadFacts {
   size_t destinations = 0;
   std::string_view destination;
   bool has_connection = false;
+  // The token header's values, up to two: as many as ParseTokenHeaders
+  // needs to tell "more than one".
+  std::array<std::string_view, 2> tokens;
+  size_t n_tokens = 0;
 };
 
-void ReadHead(std::string_view method, const boost::beast::http::fields& headers,
-              HeadFacts* facts) {
+// One pass over the head's few fields, comparing a name only when its
+// length matches: cheaper than the fields' ordered lookups (equal_range
+// compares case-insensitively along the tree), and it sees a name's values
+// in the order they came.
+void ReadHead(std::string_view method, std::string_view token_header,
+              const boost::beast::http::fields& headers, HeadFacts* facts) {
   facts->methods.push_back(method);
   for (const auto& field : headers) {
     const std::string_view name = field.name_string();
+    if (name.size() == token_header.size() && iequals(name, token_header)) {
+      if (facts->n_tokens < facts->tokens.size()) facts->tokens[facts->n_tokens++] = field.value();
+      continue;
+    }
     if (field.name() == http::field::connection) {
       facts->has_connection = true;
       continue;
@@ -151,14 +163,14 @@ bool Nominated(const boost::beast::http::fields& headers, std::string_view name)
 // "" when every header the route's key names is present once with one
 // value, else what is wrong.
 std::string KeyHeaderProblem(const Route& route, const boost::beast::http::fields& headers) {
-  for (std::string_view name : route.key.header_names()) {
+  for (const std::string& name : route.key.header_names()) {
     auto range = headers.equal_range(name);
     if (range.first == range.second) continue;  // absent: Expand says so
     if (std::next(range.first) != range.second) {
-      return "the key header " + std::string(name) + " is sent more than once";
+      return "the key header " + name + " is sent more than once";
     }
     if (range.first->value().find(',') != std::string_view::npos) {
-      return "the key header " + std::string(name) + " holds a list (a comma): a key is one value";
+      return "the key header " + name + " holds a list (a comma): a key is one value";
     }
   }
   return {};
@@ -175,16 +187,17 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
   *out = WriteIntent{};
   out->key = std::move(key);
   WriteIntent& intent = *out;
-  auto reject = [&intent](std::string_view code, std::string message) {
+  auto reject = [&intent](std::string_view code, const std::string& message,
+                          const nlohmann::json& extra = nlohmann::json::object()) {
     intent.kind = WriteIntent::Kind::kReject;
     intent.outcome = "bad_request";
-    intent.reply = MakeError(http::status::bad_request, code, std::move(message));
+    intent.reply = MakeError(http::status::bad_request, code, message, extra);
     intent.key.clear();
     intent.extra_keys.clear();
   };
 
   HeadFacts facts;
-  ReadHead(method, headers, &facts);
+  ReadHead(method, settings.token_header, headers, &facts);
   if (!facts.bad_override.empty()) {
     return reject("bad_request", std::string(facts.bad_override_header) + ": '" +
                                      std::string(facts.bad_override) + "' is not a method name");
@@ -197,7 +210,7 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
   intent.route = match.route;
   if (std::string problem = PathProblem(canonical_path, match, may_write, "the path");
       !problem.empty()) {
-    return reject("bad_path", std::move(problem));
+    return reject("bad_path", problem);
   }
 
   // COPY and MOVE also write the resource their Destination names.
@@ -214,7 +227,7 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     dest_match = router.Match(methods, dest_path);
     if (std::string problem = PathProblem(dest_path, dest_match, may_write, "the Destination");
         !problem.empty()) {
-      return reject("bad_path", std::move(problem));
+      return reject("bad_path", problem);
     }
   }
   const bool source_fenced = match.route != nullptr && match.fenced;
@@ -234,14 +247,14 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
   }
   for (const RouteMatch* m : {&match, &dest_match}) {
     if (m->route == nullptr || !m->fenced) continue;
-    for (std::string_view name : m->route->key.header_names()) {
+    for (const std::string& name : m->route->key.header_names()) {
       if (facts.has_connection && Nominated(headers, name)) {
-        return reject("bad_key", "the Connection header nominates " + std::string(name) +
+        return reject("bad_key", "the Connection header nominates " + name +
                                      ", a header the key is made from");
       }
     }
     if (std::string problem = KeyHeaderProblem(*m->route, headers); !problem.empty()) {
-      return reject("bad_key", std::move(problem));
+      return reject("bad_key", problem);
     }
   }
 
@@ -257,9 +270,7 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
   auto expand = [&](const RouteMatch& m, std::string_view path, std::string* key) {
     auto key_error = m.route->key.Expand(m.KeyPath(path), m.captures, lookup, key);
     if (key_error == KeyTemplate::ExpandError::kNone) return true;
-    reject("bad_key", KeyErrorMessage(key_error));
-    intent.reply = MakeError(http::status::bad_request, "bad_key", KeyErrorMessage(key_error),
-                             {{"route", m.route->name}});
+    reject("bad_key", KeyErrorMessage(key_error), {{"route", m.route->name}});
     return false;
   };
   if (source_fenced && !expand(match, canonical_path, &intent.key)) return;
@@ -269,21 +280,8 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     if (source_fenced && dest_key != intent.key) intent.extra_keys.push_back(std::move(dest_key));
   }
 
-  // Step 1: the token. Two values are as many as ParseTokenHeaders needs to
-  // tell "more than one". One pass over the head's few fields, comparing a
-  // name only when its length matches, costs less than the fields' ordered
-  // lookup (equal_range compares case-insensitively along the tree); both
-  // see a name's values in the order they came.
-  std::array<std::string_view, 2> values;
-  size_t n_values = 0;
-  const std::string_view token_header = settings.token_header;
-  for (const auto& field : headers) {
-    std::string_view name = field.name_string();
-    if (name.size() != token_header.size() || !boost::beast::iequals(name, token_header)) continue;
-    values[n_values++] = field.value();
-    if (n_values == values.size()) break;
-  }
-  TokenParse token = ParseTokenHeaders(std::span(values.data(), n_values));
+  // Step 1: the token (its values were read with the head's other fields).
+  TokenParse token = ParseTokenHeaders(std::span(facts.tokens.data(), facts.n_tokens));
   if (token.status == TokenStatus::kMissing) {
     intent.outcome = "token_required";
     intent.reply = MakeError(http::status::precondition_required, "token_required",

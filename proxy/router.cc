@@ -64,14 +64,6 @@ bool Route::Covers(std::string_view method) const {
                      [method](const std::string& m) { return boost::beast::iequals(m, method); });
 }
 
-std::vector<std::string_view> KeyTemplate::header_names() const {
-  std::vector<std::string_view> names;
-  for (const Part& part : parts_) {
-    if (part.kind == Part::kHeader) names.emplace_back(part.text);
-  }
-  return names;
-}
-
 std::optional<KeyTemplate> KeyTemplate::Compile(std::string_view text, std::string* error) {
   if (text.empty()) {
     *error = "key template is empty";
@@ -113,6 +105,7 @@ std::optional<KeyTemplate> KeyTemplate::Compile(std::string_view text, std::stri
       t.max_capture_ = std::max(t.max_capture_, index);
     } else if (inner.starts_with(kHeaderPrefix) && IsToken(inner.substr(kHeaderPrefix.size()))) {
       t.parts_.push_back(Part{Part::kHeader, std::string(inner.substr(kHeaderPrefix.size())), 0});
+      t.header_names_.push_back(t.parts_.back().text);
     } else {
       *error = "unknown placeholder '{" + std::string(inner) +
                "}' in key template (use {path}, {1}..{9} or {header:Name})";

@@ -38,7 +38,7 @@ class KeyTemplate {
 
   int max_capture() const { return max_capture_; }  // highest {N} used, 0 if none
   // The headers that {header:Name} parts name, in template order.
-  std::vector<std::string_view> header_names() const;
+  const std::vector<std::string>& header_names() const { return header_names_; }
 
  private:
   struct Part {
@@ -47,6 +47,7 @@ class KeyTemplate {
     int index = 0;     // capture index
   };
   std::vector<Part> parts_;
+  std::vector<std::string> header_names_;
   int max_capture_ = 0;
 };
 
