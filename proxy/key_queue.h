@@ -174,7 +174,9 @@ class KeyQueue {
   // when the fence is decided is not stopped: it may still reach the
   // backend (at most one per key, since a key's writes go one at a time).
   // Does not wait for the key's turn. The floor goes with the key's entry
-  // once no write holds or waits for it. on_queued: as for Acquire.
+  // once no write holds or waits for it. It stays if the Raise then fails:
+  // the writes it outranks were queued before the fence, which meant to stop
+  // them, and a retried fence stores it. on_queued: as for Acquire.
   void Fence(const std::string& key, uint64_t token, const std::function<void()>& on_queued);
 
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }
