@@ -170,7 +170,7 @@ struct RocksDbStoreOptions {
 
 // Counters for benchmarks and tests; each is monotonic since Open.
 struct StoreStats {
-  uint64_t requests = 0;      // Advance/Raise requests decided by the writer
+  uint64_t requests = 0;      // Advance/AdvanceAll/Raise requests decided
   uint64_t batches = 0;       // writer batches (one per drain of the queue)
   uint64_t writes = 0;        // key records written (accepted changes)
   // DB::Write calls: at most one per batch under kSync; under kAsync one
