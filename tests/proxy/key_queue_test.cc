@@ -628,7 +628,7 @@ TEST(KeyQueueAll, AFullQueueOnAnyKeyRefusesTheWholeWriteAndPlacesItNowhere) {
   bool queued = false;
   const std::vector<std::string> more = {k.b};
   q.AcquireAll(
-      k.a, more, ioc.get_executor(), [&](KeyLease l) { refused = !l.held(); }, true,
+      k.a, more, ioc.get_executor(), [&](const KeyLease& l) { refused = !l.held(); }, true,
       [&] { queued = true; });
   EXPECT_FALSE(queued) << "the store would have been asked";
   EXPECT_EQ(q.active_keys(), 1u) << "a was taken";

@@ -175,7 +175,7 @@ void MakeCall(TokenStore& store, size_t i, std::mutex& mu, std::vector<std::stri
                          [done](const Status& s, Fence f) { done(Describe(s, f)); });
     case Call::kAdvanceAll:
       return store.AdvanceAll(c.items,
-                              [done](const Status& s, BatchFence f) { done(Describe(s, f)); });
+                              [done](const Status& s, const BatchFence& f) { done(Describe(s, f)); });
   }
 }
 
@@ -265,7 +265,7 @@ TEST(RocksDbStoreBatch, AsyncBatchWhileIdleIsDecidedOnTheCallersThread) {
   auto store = Open(dir.path(), Mode{Durability::kAsync, true, ""});
   ASSERT_NE(store, nullptr);
   std::optional<std::thread::id> ran_on;
-  store->AdvanceAll({{"/a", 3}, {"/b", 4}}, [&](const Status& s, BatchFence f) {
+  store->AdvanceAll({{"/a", 3}, {"/b", 4}}, [&](const Status& s, const BatchFence& f) {
     EXPECT_EQ(Describe(s, f), "ok [3, 4]");
     ran_on = std::this_thread::get_id();
   });
@@ -288,7 +288,7 @@ TEST(RocksDbStoreBatch, AsyncBatchWithAnUncachedKeyIsDecidedByTheWriter) {
   auto store = Open(dir.path(), Mode{Durability::kAsync, true, ""});
   ASSERT_NE(store, nullptr);
   std::promise<std::pair<std::thread::id, std::string>> answer;
-  store->AdvanceAll({{"/fresh", 1}, {"/k", 9}}, [&](const Status& s, BatchFence f) {
+  store->AdvanceAll({{"/fresh", 1}, {"/k", 9}}, [&](const Status& s, const BatchFence& f) {
     answer.set_value({std::this_thread::get_id(), Describe(s, f)});
   });
   auto answered = answer.get_future();
