@@ -203,8 +203,10 @@ void KeyQueue::AcquireAll(const std::string& key, std::span<const std::string> m
       }
     }
     // Each key: the caller holds it now (a free key) or waits in its queue.
+    // Entries by address: a later key's insert into the same shard may
+    // rehash its map, which moves no entry but invalidates iterators.
     struct Place {
-      Shard::Map::iterator it;
+      Shard::Entry* entry;
       bool inserted;
     };
     boost::container::small_vector<Place, 4> places;
@@ -229,7 +231,7 @@ void KeyQueue::AcquireAll(const std::string& key, std::span<const std::string> m
                    {}});
         ++missing;
       }
-      places.push_back(Place{it, inserted});
+      places.push_back(Place{&it->second, inserted});
     }
     group->missing.store(missing, std::memory_order_relaxed);
     RunOnQueued(on_queued, [&] {
@@ -237,9 +239,10 @@ void KeyQueue::AcquireAll(const std::string& key, std::span<const std::string> m
         if (places[i].inserted) {
           // Not released through the lease: that would take the lock again.
           group->leases[i].queue_ = nullptr;
-          Erase(ShardFor(hashes[i]), places[i].it);
+          Shard& shard = ShardFor(hashes[i]);
+          Erase(shard, shard.keys.find(HashedKey{key_at(i), hashes[i]}));
         } else {
-          places[i].it->second.waiters.pop_back();
+          places[i].entry->waiters.pop_back();
         }
       }
     });

@@ -671,6 +671,33 @@ TEST(KeyQueueAll, AThrowingOnQueuedGivesEveryPlaceBack) {
   EXPECT_EQ(q.active_keys(), 0u);
 }
 
+// The same with many keys of one shard: the caller's new keys grow (and
+// rehash) the shard's map after it took its place behind the held key, and
+// that place must still be given back.
+TEST(KeyQueueAll, AThrowingOnQueuedGivesEveryPlaceBackAcrossARehash) {
+  io_context ioc;
+  KeyQueue q;
+  const std::vector<std::string> keys = testing::KeysOfOneShard("/objects/tenant/key-", 64);
+  KeyLease first;
+  q.Acquire(keys[0], ioc.get_executor(), [&](KeyLease l) { first = std::move(l); });
+  const std::span<const std::string> more(keys.data() + 1, keys.size() - 1);
+  EXPECT_THROW(q.AcquireAll(
+                   keys[0], more, ioc.get_executor(), [](KeyLease) { ADD_FAILURE() << "ran"; },
+                   true, [] { throw std::runtime_error("no memory"); }),
+               std::runtime_error);
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.active_keys(), 1u);
+  ioc.poll();
+  ioc.restart();
+  ASSERT_TRUE(first.held());
+  bool second = false;
+  q.Acquire(keys[0], ioc.get_executor(), [&](const KeyLease&) { second = true; });
+  first.Release();  // to the write above, not to the one that threw
+  ioc.poll();
+  EXPECT_TRUE(second);
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
 // Writers of {a, b}, {b, a} and of a and b alone, from several threads at
 // once, round after round: every write gets its turn (a cycle of waits
 // would leave some waiting forever, and the deadline below fails the test),
