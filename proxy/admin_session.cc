@@ -137,13 +137,20 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
     return Send(MakeError(http::status::bad_request, "bad_token",
                           "body must be {\"token\": N} with N an unsigned 64-bit integer"));
   }
-  ctx_.store->Raise(key, *token, [self = shared_from_this(), key, work](
-                                     const storage::Status& st, storage::Fence f) mutable {
+  auto raised = [self = shared_from_this(), key, work](const storage::Status& st,
+                                                       storage::Fence f) mutable {
     if (!st.ok()) return SendFromStore(std::move(self), MakeStoreError(st));
     spdlog::info("admin: fence for key {} raised to at least {}", key, f.current);
     SendFromStore(std::move(self),
                   MakeJson(http::status::ok, {{"key", key}, {"token", f.current}}));
-  });
+  };
+  auto raise = [&] { ctx_.store->Raise(key, *token, std::move(raised)); };
+  // Through the key's queue (SPEC section 6): the writes already queued for
+  // the key, whose Advances the store decided before this Raise, learn the
+  // fence at their turn and are refused if their token is lower. The answer
+  // still waits for the Raise to be durable.
+  if (ctx_.queue == nullptr) return raise();
+  ctx_.queue->Fence(key, *token, raise);
 }
 
 void AdminSession::HandleFaults() {

@@ -5,7 +5,8 @@
 //   GET  /healthz                 process is up
 //   GET  /readyz                  store healthy and upstream accepting TCP
 //   GET  /v1/keys/{key}           {"key","token"} or 404
-//   POST /v1/keys/{key}/fence     {"token": N}, bearer token: raise to >= N
+//   POST /v1/keys/{key}/fence     {"token": N}, bearer token: raise to >= N;
+//                                 a barrier for writes already queued
 //   PUT  /v1/test/store-faults    only with --enable-test-faults (bearer)
 //
 // {key} is the key percent-encoded as one path segment.
@@ -21,6 +22,7 @@
 
 #include "config/config.h"
 #include "proxy/admin_request.h"
+#include "proxy/key_queue.h"
 #include "proxy/replies.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/token_store.h"
@@ -32,6 +34,9 @@ class AdminSession;
 struct AdminContext {
   std::shared_ptr<const config::Config> config;
   storage::TokenStore* store = nullptr;
+  // The proxy's per-key queue: the admin fence goes through it (a barrier
+  // for writes already queued, KeyQueue::Fence). Null: straight to the store.
+  KeyQueue* queue = nullptr;
   // Set only with --enable-test-faults: installs injected store faults.
   std::function<void(const storage::FaultSpec&)> set_faults;
   std::unordered_set<AdminSession*> sessions;      // live sessions (admin thread only)

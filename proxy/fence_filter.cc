@@ -328,6 +328,7 @@ struct PendingFence {
                boost::asio::any_io_executor ex, FenceFilter::Handler h)
       : filter(f),
         key(intent.key),
+        extra_keys(intent.extra_keys),  // empty, nothing allocated, for one key
         token(intent.token),
         shadow(intent.shadow),
         executor(std::move(ex)),
@@ -335,6 +336,7 @@ struct PendingFence {
 
   FenceFilter& filter;
   const std::string key;
+  const std::vector<std::string> extra_keys;
   const uint64_t token;
   const bool shadow;
   // Tracks outstanding work: the io_context keeps running until the verdict
@@ -348,6 +350,10 @@ struct PendingFence {
   bool delivered = false;    // guarded by mu; Deliver ran or is posted
   storage::Status status;    // guarded by mu until delivered
   storage::Fence fence;      // guarded by mu until delivered
+  // Several keys: the store's BatchFence, `fence` being its verdict and the
+  // current value of the key it names (the first stale one, else `key`).
+  std::vector<uint64_t> currents;  // per key (key, then extra_keys); guarded as fence
+  size_t stale = 0;                // index of the refused key; guarded as fence
   // Check's relay: written, without mu, on the thread that hands the key on,
   // before the turn is posted; read by Deliver, which runs after that turn.
   std::optional<HandedConnection> handed;
@@ -363,18 +369,31 @@ struct PendingFence {
   // key's turn: nothing will be forwarded. Shadow mode forwards those too.
   bool RefusedLocked() const { return !shadow && (!status.ok() || !fence.accepted); }
 
+  const std::string& KeyAt(size_t i) const { return i == 0 ? key : extra_keys[i - 1]; }
+
   // On the executor, once delivered was set: builds the verdict and runs the
   // handler. After `delivered`, no other thread touches the fields it reads.
   void Deliver() {
     FenceVerdict v;
     v.lease = std::move(lease);
     v.current = fence.current;
+    size_t fenced = 0;  // 1 + the index of a key whose floor is above the token
+    if (status.ok() && fence.accepted && v.lease.held()) fenced = FencedKey(v.lease);
     if (!status.ok()) {
       v.outcome = "store_unavailable";
       v.reply = MakeStoreError(status);
     } else if (!fence.accepted) {
       v.outcome = "stale";
-      v.reply = MakeStale(key, token, fence.current);
+      v.reply = MakeStale(KeyAt(stale), token, fence.current);
+    } else if (fenced > 0) {
+      // Accepted before an admin fence that was decided while it waited:
+      // the fence is a barrier (SPEC section 6), so it never goes.
+      const size_t i = fenced - 1;
+      const KeyLease& held = i == 0 ? v.lease : v.lease.more()[i - 1];
+      const uint64_t stored = currents.empty() ? fence.current : currents[i];
+      v.current = std::max(held.floor(), stored);
+      v.outcome = "stale";
+      v.reply = MakeStale(KeyAt(i), token, v.current);
     } else {
       v.outcome = "forwarded";
       v.forward = true;
@@ -391,12 +410,53 @@ struct PendingFence {
     FenceFilter::Handler h = std::move(handler);
     h(std::move(v));
   }
+
+  // 1 + the index of the first key whose floor (KeyLease::floor) is above
+  // the token, or 0.
+  size_t FencedKey(const KeyLease& held) const {
+    if (held.floor() > token) return 1;
+    for (size_t i = 0; i < held.more().size(); ++i) {
+      if (held.more()[i].floor() > token) return i + 2;
+    }
+    return 0;
+  }
 };
+
+// The key's turn (every key's, for a write of several), on the executor.
+void OnTurn(const std::shared_ptr<PendingFence>& p, KeyLease lease) {
+  if (!lease.held()) {
+    // Too many writes already wait for this key (enforce mode only:
+    // shadow mode never refuses, SPEC 5, so its writes always queue). No
+    // Advance was made for this write.
+    FenceVerdict v;
+    v.outcome = "overloaded";
+    Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
+                        "too many writes are waiting for this key (limits."
+                        "max_waiting_per_key = " +
+                            std::to_string(p->filter.max_waiting_per_key()) + "); retry later",
+                        {{"key", p->key}});
+    r.set(http::field::retry_after, "1");
+    v.reply = std::move(r);
+    FenceFilter::Handler h = std::move(p->handler);
+    return h(std::move(v));
+  }
+  {
+    std::lock_guard lock(p->mu);
+    if (p->delivered) return;  // refused already; `lease` hands the key on
+    p->lease = std::move(lease);
+    if (!p->answered) return;  // the store's answer delivers
+    p->delivered = true;
+  }
+  p->Deliver();  // already on the executor
+}
 
 }  // namespace
 
 void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor executor,
                         Handler handler, std::string_view whole_request) {
+  if (!intent.extra_keys.empty()) {
+    return CheckSeveral(intent, std::move(executor), std::move(handler));
+  }
   auto p = std::make_shared<PendingFence>(
       *this, intent,
       boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
@@ -419,32 +479,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   };
 
   // The key's turn: on the executor.
-  auto on_turn = [p](KeyLease lease) {
-    if (!lease.held()) {
-      // Too many writes already wait for this key (enforce mode only:
-      // shadow mode never refuses, SPEC 5, so its writes always queue). No
-      // Advance was made for this write.
-      FenceVerdict v;
-      v.outcome = "overloaded";
-      Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
-                          "too many writes are waiting for this key (limits."
-                          "max_waiting_per_key = " +
-                              std::to_string(p->filter.max_waiting_per_key()) + "); retry later",
-                          {{"key", p->key}});
-      r.set(http::field::retry_after, "1");
-      v.reply = std::move(r);
-      FenceFilter::Handler h = std::move(p->handler);
-      return h(std::move(v));
-    }
-    {
-      std::lock_guard lock(p->mu);
-      if (p->delivered) return;  // refused already; `lease` hands the key on
-      p->lease = std::move(lease);
-      if (!p->answered) return;  // the store's answer delivers
-      p->delivered = true;
-    }
-    p->Deliver();  // already on the executor
-  };
+  auto on_turn = [p](KeyLease lease) { OnTurn(p, std::move(lease)); };
 
   // Steps 3 and 4 overlap: the Advance is enqueued as soon as the write has
   // its place in the key's queue, under the queue's lock, so that the store
@@ -486,6 +521,48 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // without the allocation a three-pointer capture costs.
   queue_.Acquire(intent.key, p->executor, std::move(on_turn), /*bounded=*/!intent.shadow,
                  [&advance] { advance(); }, std::move(relay));
+}
+
+void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_executor executor,
+                               Handler handler) {
+  auto p = std::make_shared<PendingFence>(
+      *this, intent,
+      boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
+      std::move(handler));
+  // As Check's on_answer, with the verdict on every key.
+  auto on_answer = [raw = p.get()](const storage::Status& status, storage::BatchFence batch) {
+    std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
+    {
+      std::lock_guard lock(p->mu);
+      p->status = status;
+      if (status.ok()) {
+        p->stale = batch.accepted ? 0 : batch.stale;
+        p->fence.accepted = batch.accepted;
+        p->fence.current = p->stale < batch.current.size() ? batch.current[p->stale] : 0;
+        p->currents = std::move(batch.current);
+      }
+      p->answered = true;
+      if (!p->lease.held() && !p->RefusedLocked()) return;  // the turns come later
+      p->delivered = true;
+    }
+    boost::asio::post(p->executor, [p] { p->Deliver(); });
+  };
+  auto on_turn = [p](KeyLease lease) { OnTurn(p, std::move(lease)); };
+  // One decision for every key, made once the write has its place in the
+  // queue of each (under the locks of all their shards): the store decides
+  // it in the same order as every other write of those keys is forwarded.
+  // No relay (handoff.h): a write of several keys is rare, and sent by its
+  // own session once it has every turn.
+  std::vector<storage::KeyToken> items;
+  items.reserve(1 + intent.extra_keys.size());
+  items.push_back({intent.key, intent.token});
+  for (const std::string& extra : intent.extra_keys) items.push_back({extra, intent.token});
+  auto advance = [this, &items, &on_answer, &p] {
+    p->until_answered = p;
+    store_.AdvanceAll(std::move(items), on_answer);
+  };
+  queue_.AcquireAll(intent.key, intent.extra_keys, p->executor, std::move(on_turn),
+                    /*bounded=*/!intent.shadow, [&advance] { advance(); });
 }
 
 size_t FenceFilter::max_waiting_per_key() const { return queue_.max_waiting_per_key(); }

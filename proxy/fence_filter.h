@@ -41,8 +41,9 @@ struct WriteIntent {  // NOLINT(bugprone-exception-escape)
   std::optional<Reply> reply;    // for kReject
   std::string outcome;           // metrics/log outcome (SPEC section 9)
   std::string key;               // for kFence (and for logs when known)
-  // Further keys the same write fences with the same token (a COPY or MOVE
-  // into another fenced resource), distinct from `key` and from each other.
+  // Further keys the same write fences with the same token (COPY and MOVE:
+  // the Destination), distinct from `key` and from each other; all or
+  // nothing. Empty for almost every request.
   std::vector<std::string> extra_keys;
   uint64_t token = 0;            // for kFence
   // A COPY or MOVE with a Destination: the header as the backend receives
@@ -80,7 +81,9 @@ struct FenceVerdict {
   std::string outcome;           // "forwarded" | "stale" | "store_unavailable" | "overloaded"
   uint64_t current = 0;          // stored maximum reported by the store
   std::string shadow_violation;  // shadow mode: what would have been refused
-  KeyLease lease;                // held until the upstream exchange ends
+  // Held until the upstream exchange ends; for a write of several keys it
+  // holds every one (KeyLease::more) and releases them together.
+  KeyLease lease;
   // When forwarding: the request already went upstream on this connection,
   // sent by the thread that handed the key on (Check's whole_request,
   // handoff.h). The session adopts it and reads the response.
@@ -105,14 +108,23 @@ class FenceFilter {
   // full the verdict is a 503 too_many_waiting (outcome "overloaded") at
   // once and nothing reaches the store. In shadow mode the verdict is always
   // forward, in turn; a stale token or a store error is reported in
-  // shadow_violation instead.
+  // shadow_violation instead. A write that was accepted but whose token is
+  // below an admin fence decided while it waited (KeyQueue::Fence, the
+  // lease's floor) is refused at its turn: 409 stale, current the fence.
+  //
+  // With `intent.extra_keys`: one AdvanceAll of the same token for `key` and
+  // every extra key, and the write's place in the queues of all of them at
+  // once (KeyQueue::AcquireAll); forwarded only when the store accepted every
+  // key and the write has the turn on every key; refused whole otherwise
+  // (409 names the first stale key and its current value).
   //
   // `whole_request`, when not empty, is the write's whole upstream request,
   // which must stay unchanged until `handler` runs. A thread that hands the
   // key on to this write from another thread (KeyLease::HandOn with a
   // Courier) then sends it at once, if the store has accepted the write by
   // then (or, in shadow mode, answered), and the verdict carries the
-  // connection (FenceVerdict::handed).
+  // connection (FenceVerdict::handed). Not for a write of several keys: its
+  // session sends it once it has every turn.
   void Check(const WriteIntent& intent, boost::asio::any_io_executor executor, Handler handler,
              std::string_view whole_request = {});
 
@@ -122,6 +134,10 @@ class FenceFilter {
   void CountShadowViolation() { shadow_violations_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  // Check for a write with extra keys.
+  void CheckSeveral(const WriteIntent& intent, boost::asio::any_io_executor executor,
+                    Handler handler);
+
   storage::TokenStore& store_;
   KeyQueue& queue_;
   std::atomic<uint64_t> shadow_violations_{0};

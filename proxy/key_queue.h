@@ -12,6 +12,11 @@
 // The number of writes that may wait behind one key is bounded (a client
 // must not be able to park unbounded work on a hot key): beyond the bound,
 // Acquire refuses and the handler runs at once with an empty lease.
+//
+// A write of several keys (AcquireAll) takes its place in the queues of all
+// of them at once, and runs once it has the turn on every one. The admin
+// fence (Fence) leaves a floor on a busy key's queue that writes already
+// queued learn at their turn (KeyLease::floor).
 
 #include <boost/asio/any_io_executor.hpp>
 #include <array>
@@ -22,6 +27,7 @@
 #include <memory>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,12 +61,27 @@ class KeyLease {
   // the caller's that the handler reaches is half-changed.
   // With a `courier`, when the next waiter runs on another thread and gave
   // a relay (KeyQueue::Acquire), the relay runs here first, before its turn
-  // is posted: it may have the courier send its request upstream now.
+  // is posted: it may have the courier send its request upstream now; not
+  // when an admin fence left a floor on the key (the waiter may have to be
+  // refused at its turn).
+  // A lease of several keys (AcquireAll) releases and hands on every one.
   void HandOn(Courier* courier = nullptr);
   bool held() const { return queue_ != nullptr; }
   // The write waited behind another write of its key (the key was busy when
-  // it asked): how a session learns that its key is contended.
+  // it asked): how a session learns that its key is contended. Several
+  // keys: behind a write of any of them.
   bool waited() const { return waited_; }
+  // The highest admin fence (KeyQueue::Fence) decided on the key while this
+  // write waited in its queue, as of its turn; 0 when none. A write whose
+  // token is lower must not be forwarded. Several keys: this lease's key's
+  // (see more()), as of the turn on the last of them.
+  uint64_t floor() const { return floor_; }
+  // A lease of several keys (AcquireAll): the leases of the further keys,
+  // in the caller's order, held and released with this one. Empty for one
+  // key.
+  std::span<const KeyLease> more() const {
+    return more_ ? std::span<const KeyLease>(*more_) : std::span<const KeyLease>();
+  }
 
  private:
   friend class KeyQueue;
@@ -69,12 +90,15 @@ class KeyLease {
   // points to it rather than copying it.
   // `hash` is the key's KeyQueue::HashOf, kept so that a release hashes
   // nothing.
-  KeyLease(KeyQueue* queue, const std::string* key, size_t hash, bool waited)
-      : queue_(queue), key_(key), hash_(hash), waited_(waited) {}
+  KeyLease(KeyQueue* queue, const std::string* key, size_t hash, bool waited, uint64_t floor = 0)
+      : queue_(queue), key_(key), hash_(hash), waited_(waited), floor_(floor) {}
   KeyQueue* queue_ = nullptr;
   const std::string* key_ = nullptr;
   size_t hash_ = 0;
   bool waited_ = false;
+  uint64_t floor_ = 0;
+  // The further keys of an AcquireAll; null (nothing allocated) for one key.
+  std::unique_ptr<std::vector<KeyLease>> more_;
 };
 
 class KeyQueue {
@@ -120,6 +144,41 @@ class KeyQueue {
                bool bounded = true, const std::function<void()>& on_queued = {},
                Relay relay = {});
 
+  // Acquire for a write of several keys, `key` and `more_keys` (distinct):
+  // the caller takes its place in the queue of every key at once, under the
+  // locks of all their shards (taken in ascending shard order, so two
+  // callers never wait for each other's locks), runs `on_queued` once under
+  // them, and gets one lease (its more() holds the further keys) on
+  // `executor` once it has the turn on every key; posted, or dispatched as
+  // for one key. Because places are taken atomically, any two callers that
+  // share keys are in the same order in each shared key's queue, and FIFO
+  // queues then cannot wait on each other in a cycle: no deadlock. Each
+  // key's writes still go one at a time, in queue order. When `bounded` and
+  // any key already has max_waiting_per_key writes waiting, the caller
+  // takes no place anywhere, on_queued does not run, and the handler is
+  // posted with an empty lease. A key whose turn comes before the others'
+  // is held meanwhile (writes queued behind it wait). No relay: a write of
+  // several keys is sent by its own session. With no more_keys, as Acquire.
+  void AcquireAll(const std::string& key, std::span<const std::string> more_keys,
+                  boost::asio::any_io_executor executor, Handler handler, bool bounded = true,
+                  const std::function<void()>& on_queued = {});
+
+  // The admin fence as a barrier (SPEC section 6). Under the lock of the
+  // key's shard: if any write holds or waits for the key, raises the key's
+  // floor to at least `token`, then runs `on_queued` (the store's Raise)
+  // before letting go. Every write whose store decision came before that
+  // Raise has its place in the key's queue already, and each one that gets
+  // its turn from now on learns the floor (KeyLease::floor) and is refused
+  // if its token is lower; every write placed later is decided after the
+  // Raise, by the store. The one write that already holds the key's turn
+  // when the fence is decided is not stopped: it may still reach the
+  // backend (at most one per key, since a key's writes go one at a time).
+  // Does not wait for the key's turn. The floor goes with the key's entry
+  // once no write holds or waits for it. It stays if the Raise then fails:
+  // the writes it outranks were queued before the fence, which meant to stop
+  // them, and a retried fence stores it. on_queued: as for Acquire.
+  void Fence(const std::string& key, uint64_t token, const std::function<void()>& on_queued);
+
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }
 
   // Number of writes waiting behind another write on the same key.
@@ -135,6 +194,7 @@ class KeyQueue {
 
  private:
   friend class KeyLease;
+  struct Group;
   struct Waiter {
     // Tracks outstanding work, so the executor's io_context keeps running
     // while a write waits for its key.
@@ -144,6 +204,10 @@ class KeyQueue {
   };
   // dispatch: HandOn; courier: HandOn's.
   void Release(const std::string& key, size_t hash, bool dispatch, Courier* courier = nullptr);
+  // An AcquireAll caller whose turn came on every key: each key's floor as
+  // of now, then its handler with the whole lease. Locks one shard at a
+  // time; holds none when called.
+  void Complete(const std::shared_ptr<Group>& group, bool on_executor);
 
   // A key with its hash (HashOf), computed once per Acquire or Release for
   // both the shard and the lookup in its map. The map's hasher and equality
@@ -180,11 +244,16 @@ class KeyQueue {
   // do not share one.
   struct alignas(64) Shard {
     mutable std::mutex mu;
-    // Present while a lease on the key is held; the list holds later
+    // Present while a lease on the key is held; `waiters` holds later
     // callers. A list, not a deque: an empty std::list allocates nothing,
     // and most keys never have a waiter (libstdc++'s deque allocates on
-    // construction).
-    using Map = std::unordered_map<std::string, std::list<Waiter>, KeyHash, KeyEqual>;
+    // construction). `floor`: the highest admin fence decided while the
+    // entry was present (Fence).
+    struct Entry {
+      std::list<Waiter> waiters;
+      uint64_t floor = 0;
+    };
+    using Map = std::unordered_map<std::string, Entry, KeyHash, KeyEqual>;
     Map keys;  // guarded by mu
     // Entries of released keys kept for the next new key of this shard
     // (their key strings keep their capacity): a free key's acquire and

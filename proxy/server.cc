@@ -54,6 +54,7 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
   ctx_.clients = std::make_unique<ClientLimiter>(config_->limits.max_connections_per_client);
   admin_ctx_.config = config_;
   admin_ctx_.store = &store_;
+  admin_ctx_.queue = &queue_;
   admin_ctx_.set_faults = std::move(set_faults);
   for (auto& ioc : iocs_) {
     workers_.push_back(std::make_unique<Worker>(*ioc, *config_, tls_.upstream.get()));

@@ -1,13 +1,16 @@
 // Fuzz target: sequences of fenced writes through the real FenceFilter and
 // KeyQueue (SPEC section 1, steps 3-4), against a store whose answers the
-// fuzzer delivers in any order across keys (each key's in call order, as
-// token_store.h requires), failing some, and an upstream exchange whose end
-// (the lease's release) the fuzzer also chooses.
+// fuzzer delivers in any order that keeps the store's call order wherever
+// two calls share a key (token_store.h), failing some, and an upstream
+// exchange whose end (the lease's release) the fuzzer also chooses.
 //
 // The input is a list of operations, two bytes each:
-//   write   key 0..3, token 0..7, enforce or shadow mode
-//   answer  deliver one pending store answer (any key's), ok or failed
-//   raise   the admin fence raise on a key, straight to the store
+//   write   key 0..3, token 0..7, enforce or shadow mode, and maybe a
+//           second key (a COPY or MOVE: both fenced all or nothing)
+//   answer  deliver one pending store answer (any that the call order
+//           allows), ok or failed
+//   raise   the admin fence on a key: straight to the store, or as the
+//           admin listener does it, through the key's queue (a barrier)
 //   release end one forwarded write's upstream exchange
 //   poll    run the handlers that are ready
 // and at the end every exchange ends and every answer is delivered.
@@ -17,11 +20,17 @@
 //  - per key, Advances reach the store in arrival order, and forwarded
 //    writes get their verdicts in arrival order (FIFO), after every earlier
 //    write of the key had its verdict; each write gets exactly one verdict,
-//    and nothing waits once all is delivered;
-//  - enforce mode forwards iff the store accepted (token >= the highest
-//    accepted or raised before it, in the store's order) and answers 409
-//    with that highest value otherwise, 503 when the store failed, and 503
-//    too_many_waiting only with max_waiting_per_key writes already waiting;
+//    and nothing waits once all is delivered (no deadlock, whatever order
+//    the keys of two-key writes come in);
+//  - enforce mode forwards only if the store accepted (every key's token
+//    >= the highest accepted or raised before it, in the store's order) and
+//    answers 409 with that highest value, naming the first stale key,
+//    otherwise; 503 when the store failed, and 503 too_many_waiting only
+//    with max_waiting_per_key writes already waiting;
+//  - an accepted write refused at its turn is below an admin fence on one
+//    of its keys made after it arrived (409, current = that fence), and
+//    after an admin fence on a key no write with a lower token is forwarded
+//    but the one that held the key's turn when the fence was made;
 //  - shadow mode always forwards; a refused verdict holds no lease.
 
 #include <boost/asio/io_context.hpp>
@@ -30,6 +39,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,24 +53,44 @@ namespace {
 constexpr size_t kMaxWaiting = 2;
 constexpr int kKeys = 4;
 
-// A TokenStore whose answers wait until the fuzzer delivers them.
+std::string KeyName(int k) { return "/objects/k" + std::to_string(k); }
+int KeyIndex(const std::string& name) { return name.back() - '0'; }
+
+// A TokenStore whose answers wait until the fuzzer delivers them. Raise
+// (the direct admin raise) decides at once; QueueRaise waits like the rest.
 class HeldStore : public storage::TokenStore {
  public:
   struct Pending {
-    std::string key;
-    uint64_t token;
-    FenceHandler handler;
+    enum Kind { kAdvance, kAdvanceAll, kRaise } kind;
+    std::vector<storage::KeyToken> items;  // one for kAdvance and kRaise
+    FenceHandler handler;                  // kAdvance and kRaise
+    BatchFenceHandler batch_handler;       // kAdvanceAll
+    bool SharesKey(const Pending& other) const {
+      for (const auto& a : items) {
+        for (const auto& b : other.items) {
+          if (a.key == b.key) return true;
+        }
+      }
+      return false;
+    }
   };
   std::vector<Pending> pending;
   std::map<std::string, uint64_t> stored;
 
   void Advance(std::string key, uint64_t token, FenceHandler h) override {
-    pending.push_back({std::move(key), token, std::move(h)});
+    pending.push_back({Pending::kAdvance, {{std::move(key), token}}, std::move(h), {}});
+  }
+  void AdvanceAll(std::vector<storage::KeyToken> items, BatchFenceHandler h) override {
+    FUZZ_CHECK(storage::CheckBatchItems(items, 1024).ok());
+    pending.push_back({Pending::kAdvanceAll, std::move(items), {}, std::move(h)});
   }
   void Raise(std::string key, uint64_t token, FenceHandler h) override {
     uint64_t& cur = stored[key];
     cur = std::max(cur, token);
     h({}, storage::Fence{true, cur});
+  }
+  void QueueRaise(std::string key, uint64_t token, FenceHandler h) {
+    pending.push_back({Pending::kRaise, {{std::move(key), token}}, std::move(h), {}});
   }
   void Get(std::string key, GetHandler h) override {
     auto it = stored.find(key);
@@ -69,11 +99,16 @@ class HeldStore : public storage::TokenStore {
   storage::Status Health() const override { return {}; }
   storage::Status Close() override { return {}; }
 
-  // Index of the oldest pending Advance of pending[i]'s key: the one a store
-  // that decides in call order answers next for that key.
-  size_t OldestOfKey(size_t i) const {
+  uint64_t Current(const std::string& key) const {
+    auto it = stored.find(key);
+    return it == stored.end() ? 0 : it->second;
+  }
+  // The pending call a store that decides in call order may answer in
+  // place of pending[i]: the oldest before it that shares a key with it,
+  // followed back until none does.
+  size_t Decidable(size_t i) const {
     for (size_t j = 0; j < i; ++j) {
-      if (pending[j].key == pending[i].key) return j;
+      if (pending[j].SharesKey(pending[i])) return Decidable(j);
     }
     return i;
   }
@@ -81,82 +116,161 @@ class HeldStore : public storage::TokenStore {
   void Answer(size_t i, bool fail) {
     Pending p = std::move(pending[i]);
     pending.erase(pending.begin() + static_cast<ptrdiff_t>(i));
+    if (p.kind == Pending::kAdvanceAll) {
+      if (fail) return p.batch_handler(storage::Status::IoError("fuzz"), {});
+      storage::BatchFence f;
+      for (size_t j = 0; j < p.items.size(); ++j) {
+        f.current.push_back(Current(p.items[j].key));
+        if (p.items[j].token < f.current[j] && f.stale == SIZE_MAX) f.stale = j;
+      }
+      f.accepted = f.stale == SIZE_MAX;
+      for (size_t j = 0; f.accepted && j < p.items.size(); ++j) {
+        uint64_t& cur = stored[p.items[j].key];
+        cur = std::max(cur, p.items[j].token);
+        f.current[j] = cur;
+      }
+      return p.batch_handler({}, std::move(f));
+    }
     if (fail) return p.handler(storage::Status::IoError("fuzz"), {});
-    uint64_t& cur = stored[p.key];
+    uint64_t& cur = stored[p.items[0].key];
     storage::Fence f;
-    f.accepted = p.token >= cur;
-    if (f.accepted) cur = p.token;
+    f.accepted = p.kind == Pending::kRaise || p.items[0].token >= cur;
+    if (f.accepted) cur = std::max(cur, p.items[0].token);
     f.current = cur;
     p.handler({}, f);
   }
 };
 
 struct Write {
-  int key;
+  std::vector<int> keys;  // the first is WriteIntent::key
   uint64_t token;
   bool shadow;
   bool verdict = false;
+  bool placed = false;  // has its place in its keys' queues (was not refused as overloaded)
+};
+
+// An admin fence through the key queue.
+struct AdminFence {
+  int key;
+  uint64_t token;
+  size_t writes_before;            // writes that arrived before it
+  std::optional<size_t> holder;    // the write that may hold the key's turn
+};
+
+struct Expected {
+  bool accepted = false;
+  uint64_t current = 0;  // refused: the stale key's stored value
+  int stale_key = -1;
 };
 
 struct Model {
   std::vector<Write> writes;
   std::deque<size_t> order[kKeys];     // writes of each key without a verdict, in arrival order
   std::deque<size_t> in_store[kKeys];  // writes of each key whose Advance awaits its answer
-  // Forwarded writes whose upstream exchange has not ended: key, lease.
-  std::vector<std::pair<int, proxy::KeyLease>> held;
-  std::map<size_t, bool> failed;              // write -> its store answer failed (once answered)
-  std::map<size_t, uint64_t> expect_current;  // write -> the stored max before its answer
+  // Forwarded writes whose upstream exchange has not ended: keys, lease.
+  std::vector<std::pair<std::vector<int>, proxy::KeyLease>> held;
+  std::map<size_t, bool> failed;       // write -> its store answer failed (once answered)
+  std::map<size_t, Expected> expect;   // write -> what the store decided
+  std::vector<AdminFence> fences;
   HeldStore* store = nullptr;
 
-  // The store answers the oldest pending Advance of pending[idx]'s key:
-  // note what the model expects for the write it belongs to.
+  // The store answers what the call order lets it answer in place of
+  // pending[idx]: note what the model expects for the write it belongs to.
   void Answer(size_t idx, bool fail) {
-    idx = store->OldestOfKey(idx);
-    const std::string key_name = store->pending[idx].key;
-    int key = key_name.back() - '0';
-    FUZZ_CHECK(!in_store[key].empty());
-    size_t id = in_store[key].front();
-    in_store[key].pop_front();
-    FUZZ_CHECK(writes[id].token == store->pending[idx].token);  // Advances in arrival order
+    idx = store->Decidable(idx);
+    const HeldStore::Pending& p = store->pending[idx];
+    if (p.kind == HeldStore::Pending::kRaise) return store->Answer(idx, fail);
+    const int first = KeyIndex(p.items[0].key);
+    FUZZ_CHECK(!in_store[first].empty());
+    const size_t id = in_store[first].front();
+    FUZZ_CHECK(p.items.size() == writes[id].keys.size());
+    Expected e;
+    e.accepted = true;
+    for (size_t j = 0; j < p.items.size(); ++j) {
+      const int key = KeyIndex(p.items[j].key);
+      FUZZ_CHECK(key == writes[id].keys[j]);
+      FUZZ_CHECK(!in_store[key].empty() && in_store[key].front() == id);  // arrival order
+      in_store[key].pop_front();
+      FUZZ_CHECK(writes[id].token == p.items[j].token);
+      const uint64_t cur = store->Current(p.items[j].key);
+      if (e.accepted && writes[id].token < cur) {
+        e = Expected{false, cur, key};
+      }
+    }
     failed[id] = fail;
-    auto it = store->stored.find(key_name);
-    expect_current[id] = it == store->stored.end() ? 0 : it->second;
+    expect[id] = e;
     store->Answer(idx, fail);
   }
-};
 
-std::string KeyName(int k) { return "/objects/k" + std::to_string(k); }
+  // The write that holds, or will be next to hold, the key's turn: the
+  // first placed one without a verdict, when no forwarded write holds it.
+  std::optional<size_t> TurnOf(int key) const {
+    if (HeldByAForwardedWrite(key)) return std::nullopt;
+    for (size_t id : order[key]) {
+      if (writes[id].placed) return id;
+    }
+    return std::nullopt;
+  }
+
+  bool HeldByAForwardedWrite(int key) const {
+    for (const auto& h : held) {
+      if (std::find(h.first.begin(), h.first.end(), key) != h.first.end()) return true;
+    }
+    return false;
+  }
+};
 
 void OnVerdict(Model& m, size_t id, size_t waiting_before, proxy::FenceVerdict v) {
   Write& w = m.writes[id];
   FUZZ_CHECK(!w.verdict);
   w.verdict = true;
-  auto& q = m.order[w.key];
   if (v.outcome == "overloaded") {
     FUZZ_CHECK(!w.shadow && !v.forward && !v.lease.held());
     FUZZ_CHECK(waiting_before >= kMaxWaiting);
     FUZZ_CHECK(v.reply && v.reply->result_int() == 503);
     FUZZ_CHECK(!m.failed.count(id));  // never reached the store
-    q.erase(std::find(q.begin(), q.end(), id));
+    for (int k : w.keys) m.order[k].erase(std::find(m.order[k].begin(), m.order[k].end(), id));
     return;
   }
   FUZZ_CHECK(m.failed.count(id) == 1);  // the store answered this write
-  if (v.forward) {
-    FUZZ_CHECK(!q.empty() && q.front() == id);  // FIFO per key
-    q.pop_front();
-  } else {
-    q.erase(std::find(q.begin(), q.end(), id));  // a refusal needs no turn
+  for (int k : w.keys) {
+    auto& q = m.order[k];
+    if (v.forward) {
+      FUZZ_CHECK(!q.empty() && q.front() == id);  // FIFO per key
+      q.pop_front();
+    } else {
+      q.erase(std::find(q.begin(), q.end(), id));  // a refusal needs no turn
+    }
   }
+  const Expected& e = m.expect[id];
   if (w.shadow) {
     FUZZ_CHECK(v.forward && !v.reply);
   } else if (m.failed[id]) {
     FUZZ_CHECK(!v.forward && v.outcome == "store_unavailable" && v.reply->result_int() == 503);
+  } else if (!e.accepted) {
+    FUZZ_CHECK(!v.forward && v.outcome == "stale" && v.reply->result_int() == 409);
+    FUZZ_CHECK(v.current == e.current);
+    FUZZ_CHECK(v.reply->body().find("\"key\":\"" + KeyName(e.stale_key) + "\"") !=
+               std::string::npos);
+  } else if (!v.forward) {
+    // Accepted, then refused at its turn: an admin fence on one of its keys
+    // is above its token (made after it arrived, or before with a Raise
+    // that failed: the floor stays).
+    FUZZ_CHECK(v.outcome == "stale" && v.reply->result_int() == 409 && v.current > w.token);
+    bool fenced = false;
+    for (const AdminFence& f : m.fences) {
+      fenced = fenced || (f.token == v.current &&
+                          std::find(w.keys.begin(), w.keys.end(), f.key) != w.keys.end());
+    }
+    FUZZ_CHECK(fenced);
   } else {
-    bool accepted = w.token >= m.expect_current[id];
-    FUZZ_CHECK(v.forward == accepted);
-    if (!accepted) {
-      FUZZ_CHECK(v.outcome == "stale" && v.reply->result_int() == 409);
-      FUZZ_CHECK(v.current == m.expect_current[id]);
+    // The barrier: past an admin fence made after it arrived, only the
+    // write that held the key's turn then goes with a lower token.
+    for (const AdminFence& f : m.fences) {
+      if (f.writes_before > id && f.token > w.token &&
+          std::find(w.keys.begin(), w.keys.end(), f.key) != w.keys.end()) {
+        FUZZ_CHECK(f.holder == id);
+      }
     }
   }
   if (!v.forward) {
@@ -164,8 +278,9 @@ void OnVerdict(Model& m, size_t id, size_t waiting_before, proxy::FenceVerdict v
     return;
   }
   FUZZ_CHECK(v.lease.held());
-  for (const auto& h : m.held) FUZZ_CHECK(h.first != w.key);  // one holder per key
-  m.held.emplace_back(w.key, std::move(v.lease));
+  FUZZ_CHECK(v.lease.more().size() + 1 == w.keys.size());
+  for (int k : w.keys) FUZZ_CHECK(!m.HeldByAForwardedWrite(k));  // one holder per key
+  m.held.emplace_back(w.keys, std::move(v.lease));
 }
 
 }  // namespace
@@ -194,13 +309,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t op = data[i] % 5, arg = data[i + 1];
     switch (op) {
       case 0: {  // write
-        Write w{arg % kKeys, static_cast<uint64_t>((arg >> 2) % 8), (arg & 0x80) != 0};
+        Write w{{arg % kKeys}, static_cast<uint64_t>((arg >> 2) % 8), (arg & 0x80) != 0};
+        if ((arg & 0x40) != 0) w.keys.push_back((w.keys[0] + 1 + ((arg >> 5) & 1)) % kKeys);
         size_t id = m.writes.size();
         m.writes.push_back(w);
-        m.order[w.key].push_back(id);
+        for (int k : w.keys) m.order[k].push_back(id);
         proxy::WriteIntent intent;
         intent.kind = proxy::WriteIntent::Kind::kFence;
-        intent.key = KeyName(w.key);
+        intent.key = KeyName(w.keys[0]);
+        for (size_t k = 1; k < w.keys.size(); ++k) intent.extra_keys.push_back(KeyName(w.keys[k]));
         intent.token = w.token;
         intent.shadow = w.shadow;
         size_t waiting_before = queue.waiting();
@@ -208,10 +325,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         filter.Check(intent, ioc.get_executor(), [&m, id, waiting_before](proxy::FenceVerdict v) {
           OnVerdict(m, id, waiting_before, std::move(v));
         });
-        // The Advance is made inside Check, unless the key's queue was full.
+        // The Advance is made inside Check, unless a key's queue was full.
         if (store.pending.size() == pending_before + 1) {
-          FUZZ_CHECK(store.pending.back().key == intent.key);
-          m.in_store[w.key].push_back(id);
+          const HeldStore::Pending& p = store.pending.back();
+          FUZZ_CHECK(p.items.size() == w.keys.size());
+          FUZZ_CHECK(p.kind == (w.keys.size() == 1 ? HeldStore::Pending::kAdvance
+                                                   : HeldStore::Pending::kAdvanceAll));
+          for (int k : w.keys) m.in_store[k].push_back(id);
+          m.writes[id].placed = true;
         } else {
           FUZZ_CHECK(store.pending.size() == pending_before);
         }
@@ -220,9 +341,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 1:  // a store answer, any pending one, ok or failed
         if (!store.pending.empty()) m.Answer(arg % store.pending.size(), (arg & 0x80) != 0);
         break;
-      case 2:  // the admin fence raise
-        store.Raise(KeyName(arg % kKeys), (arg >> 2) % 8, [](const auto&, auto) {});
+      case 2: {  // the admin fence
+        const int key = arg % kKeys;
+        const uint64_t token = (arg >> 2) % 8;
+        if ((arg & 0x80) == 0) {  // straight to the store
+          store.Raise(KeyName(key), token, [](const auto&, auto) {});
+          break;
+        }
+        // As the admin listener does it: through the key's queue.
+        m.fences.push_back(AdminFence{key, token, m.writes.size(), m.TurnOf(key)});
+        queue.Fence(KeyName(key), token,
+                    [&] { store.QueueRaise(KeyName(key), token, [](const auto&, auto) {}); });
         break;
+      }
       case 3:  // an upstream exchange ends
         poll();
         if (!m.held.empty()) release(arg % m.held.size());

@@ -361,6 +361,11 @@ class Backend:
         r = self._request(self.addr, "POST", "/__reset")
         assert r.status == 200, r
 
+    def release(self, name):
+        """Ends the holds of requests sent with X-Test-Hold-Until: name."""
+        r = self._request(self.addr, "POST", f"/__release/{name}")
+        assert r.status == 200, r
+
     def wait_until(self, pred, timeout=IO_TIMEOUT, what="backend condition"):
         """Polls /__log until pred(snapshot) is true, with a deadline."""
         deadline = time.monotonic() + timeout

@@ -14,6 +14,9 @@ Behaviour:
   pairs in order, body (latin-1 text), monotonic start time (headers parsed)
   and end time (taken just before the response is written, after any hold);
 - ``X-Test-Hold-Ms: N`` holds the request N ms before answering;
+- ``X-Test-Hold-Until: NAME`` holds the request (once it is logged as
+  active) until ``POST /__release/NAME``, or 60 s at most; a release that
+  comes first lets it through at once;
 - ``X-Test-Status: N`` answers with status N instead of the default;
 - ``X-Test-Drop-Idle: 1`` answers normally (keep-alive) and then closes the
   connection without saying so, as a backend's idle timeout does;
@@ -41,7 +44,8 @@ Behaviour:
 - control endpoints, never recorded and meant to be called directly:
   ``GET /__log`` -> ``{"requests": [...finished], "active": [...in progress]}``
   (an active entry appears once the request's headers and body were read),
-  ``POST /__reset`` clears the log and the stored bodies.
+  ``POST /__reset`` clears the log and the stored bodies,
+  ``POST /__release/NAME`` ends the holds named NAME (``X-Test-Hold-Until``).
 """
 
 import argparse
@@ -67,6 +71,11 @@ class State:
         self.early = 0        # answers sent before the body by X-Test-Answer-Early; guarded by lock
         self.opened = 0       # connections that carried a recorded request; guarded by lock
         self.closed = 0       # ... of which ended; guarded by lock
+        self.releases = {}    # X-Test-Hold-Until name -> threading.Event; guarded by lock
+
+    def release_event(self, name):
+        with self.lock:
+            return self.releases.setdefault(name, threading.Event())
 
 
 STATE = State()
@@ -163,6 +172,10 @@ class Handler(BaseHTTPRequestHandler):
                                                    "closed": STATE.closed}}).encode()
             self._send(200, body)
             return True
+        if method == "POST" and target.startswith("/__release/"):
+            STATE.release_event(target[len("/__release/"):]).set()
+            self._send(200, b'{"released":true}')
+            return True
         if method == "POST" and target == "/__reset":
             with STATE.lock:
                 STATE.log.clear()
@@ -206,6 +219,12 @@ class Handler(BaseHTTPRequestHandler):
             # The backend is told to be slow; this is behaviour under test,
             # not synchronisation.
             threading.Event().wait(int(hold_ms) / 1000.0)
+        hold_until = self.headers.get("X-Test-Hold-Until")
+        if hold_until:
+            # Until the test says so: the request stays in flight at the
+            # backend meanwhile. The bound only keeps a failed test from
+            # hanging.
+            STATE.release_event(hold_until).wait(60)
 
         with STATE.lock:
             del STATE.active[active_id]

@@ -396,5 +396,215 @@ TEST_F(FenceFilterTest, HeaderKeyTemplateMissingHeaderIsBadKey) {
   EXPECT_EQ(nlohmann::json::parse(i.reply->body())["error"], "bad_key");
 }
 
+// Collects verdicts and runs an io_context until it has n of them (the
+// store answers from its own threads).
+class Verdicts {
+ public:
+  explicit Verdicts(boost::asio::io_context& ioc) : ioc_(ioc) {}
+  FenceFilter::Handler Into() {
+    return [this](FenceVerdict v) { got.push_back(std::move(v)); };
+  }
+  bool RunUntil(size_t n) {
+    for (int i = 0; i < 1000 && got.size() < n; ++i) {
+      ioc_.run_one_for(std::chrono::milliseconds(10));
+    }
+    return got.size() == n;
+  }
+  // Runs what is ready and returns how many verdicts came: once the store's
+  // answers ran (FakeStore::WaitForAnswers), a verdict that is not ready
+  // now waits for a turn.
+  size_t Poll() {
+    ioc_.restart();
+    ioc_.poll();
+    return got.size();
+  }
+  std::vector<FenceVerdict> got;
+
+ private:
+  boost::asio::io_context& ioc_;
+};
+
+std::optional<uint64_t> Stored(testing::FakeStore& store, const std::string& key) {
+  std::promise<std::optional<uint64_t>> stored;
+  store.Get(key, [&](const storage::Status&, std::optional<uint64_t> v) { stored.set_value(v); });
+  return stored.get_future().get();
+}
+
+// A write of two keys (COPY or MOVE: the extra key is the Destination's;
+// set by hand here, the route's classification is tested elsewhere) is
+// refused whole when either key is stale, storing nothing, and accepted it
+// advances both and holds both.
+TEST_F(FenceFilterTest, AWriteOfTwoKeysIsRefusedWholeWhenEitherIsStale) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  ASSERT_TRUE(Write("/objects/a", 5).forward);
+  auto two = [&](const char* key, const char* extra, uint64_t token) {
+    WriteIntent intent = Classify("PUT", key, std::to_string(token));
+    EXPECT_EQ(intent.kind, WriteIntent::Kind::kFence);
+    intent.extra_keys = {extra};
+    return Check(intent);
+  };
+  for (auto [key, extra] : {std::pair{"/objects/a", "/objects/b"}, {"/objects/b", "/objects/a"}}) {
+    FenceVerdict stale = two(key, extra, 4);
+    ASSERT_FALSE(stale.forward) << key;
+    EXPECT_FALSE(stale.lease.held());
+    EXPECT_EQ(stale.outcome, "stale");
+    EXPECT_EQ(stale.reply->result(), http::status::conflict);
+    auto body = nlohmann::json::parse(stale.reply->body());
+    EXPECT_EQ(body["key"], "/objects/a") << "the stale key is named";
+    EXPECT_EQ(body["current"], 5);
+    EXPECT_EQ(body["token"], 4);
+    EXPECT_EQ(stale.reply->at("Fencing-Token-Current"), "5");
+    EXPECT_EQ(Stored(store_, "/objects/b"), std::nullopt) << "a refused write stored a key";
+    EXPECT_EQ(Stored(store_, "/objects/a"), 5u);
+  }
+  EXPECT_EQ(queue_.active_keys(), 0u);
+
+  FenceVerdict ok = two("/objects/a", "/objects/b", 6);
+  ASSERT_TRUE(ok.forward) << ok.outcome;
+  EXPECT_EQ(ok.current, 6u);
+  ASSERT_TRUE(ok.lease.held());
+  ASSERT_EQ(ok.lease.more().size(), 1u);
+  EXPECT_TRUE(ok.lease.more()[0].held());
+  EXPECT_EQ(queue_.active_keys(), 2u);  // both held until the exchange ends
+  EXPECT_EQ(Stored(store_, "/objects/a"), 6u);
+  EXPECT_EQ(Stored(store_, "/objects/b"), 6u);
+  ok.lease.Release();
+  EXPECT_EQ(queue_.active_keys(), 0u);
+
+  store_.fail = true;
+  FenceVerdict failed = two("/objects/a", "/objects/b", 7);
+  EXPECT_FALSE(failed.forward);
+  EXPECT_EQ(failed.outcome, "store_unavailable");
+  EXPECT_EQ(failed.reply->result(), http::status::service_unavailable);
+}
+
+TEST_F(FenceFilterTest, ShadowModeForwardsAStaleWriteOfTwoKeys) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kShadow)});
+  ASSERT_TRUE(Write("/objects/b", 9).forward);
+  WriteIntent intent = Classify("PUT", "/objects/a", "3");
+  intent.extra_keys = {"/objects/b"};
+  FenceVerdict v = Check(intent);
+  EXPECT_TRUE(v.forward);
+  EXPECT_EQ(v.shadow_violation, "stale");
+  EXPECT_EQ(filter_.shadow_violations(), 1u);
+  EXPECT_EQ(Stored(store_, "/objects/a"), std::nullopt);
+}
+
+// A write of two keys goes only with the turn on both: it waits behind the
+// write in flight on either, and the writes queued behind it on either key
+// wait for it.
+TEST_F(FenceFilterTest, AWriteOfTwoKeysGoesWithTheTurnOnBoth) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  boost::asio::io_context ioc;  // before the store: see FullKeyQueueIs503...
+  testing::FakeStore store;
+  KeyQueue queue;
+  FenceFilter filter(store, queue);
+  auto guard = boost::asio::make_work_guard(ioc);
+  Verdicts v(ioc);
+  filter.Check(Classify("PUT", "/objects/b", "5"), ioc.get_executor(), v.Into());
+  ASSERT_TRUE(v.RunUntil(1));
+  ASSERT_TRUE(v.got[0].forward);
+  WriteIntent two = Classify("PUT", "/objects/a", "6");
+  two.extra_keys = {"/objects/b"};
+  filter.Check(two, ioc.get_executor(), v.Into());
+  filter.Check(Classify("PUT", "/objects/a", "6"), ioc.get_executor(), v.Into());
+  store.WaitForAnswers();
+  EXPECT_EQ(v.Poll(), 1u) << "went while /objects/b was in flight";
+  EXPECT_EQ(Stored(store, "/objects/a"), 6u);  // both decided already
+  v.got[0].lease.Release();
+  ASSERT_TRUE(v.RunUntil(2));
+  ASSERT_TRUE(v.got[1].forward);
+  EXPECT_EQ(v.Poll(), 2u) << "a write of /objects/a went beside the write of both";
+  v.got[1].lease.Release();
+  ASSERT_TRUE(v.RunUntil(3));
+  EXPECT_TRUE(v.got[2].forward);
+  v.got[2].lease.Release();
+  EXPECT_EQ(queue.active_keys(), 0u);
+}
+
+// The admin fence is a barrier (SPEC section 6): a write whose Advance the
+// store accepted while it waited behind a write in flight, and that an
+// admin fence decided after it then outranks, is refused at its turn and
+// never forwarded; one whose token is at least the fence still goes. The
+// write that held the key when the fence was decided is not stopped.
+TEST_F(FenceFilterTest, AnAdminFenceRefusesTheLowerWritesAlreadyQueued) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  boost::asio::io_context ioc;
+  testing::FakeStore store;
+  KeyQueue queue;
+  FenceFilter filter(store, queue);
+  auto guard = boost::asio::make_work_guard(ioc);
+  Verdicts v(ioc);
+  auto check = [&](const char* token) {
+    filter.Check(Classify("PUT", "/objects/x", token), ioc.get_executor(), v.Into());
+  };
+  check("5");
+  ASSERT_TRUE(v.RunUntil(1));
+  ASSERT_TRUE(v.got[0].forward);  // in flight
+  check("6");
+  check("10");
+  check("12");
+  store.WaitForAnswers();  // all three accepted by the store, in this order
+  EXPECT_EQ(Stored(store, "/objects/x"), 12u);
+  EXPECT_EQ(v.Poll(), 1u);
+
+  std::promise<storage::Fence> raised;
+  queue.Fence("/objects/x", 11, [&] {
+    store.Raise("/objects/x", 11,
+                [&](const storage::Status&, storage::Fence f) { raised.set_value(f); });
+  });
+  EXPECT_EQ(raised.get_future().get().current, 12u);
+  EXPECT_TRUE(v.got[0].lease.held());  // the write in flight goes on
+
+  v.got[0].lease.Release();
+  ASSERT_TRUE(v.RunUntil(2));
+  EXPECT_FALSE(v.got[1].forward) << "token 6 was forwarded after the fence to 11 answered";
+  EXPECT_EQ(v.got[1].outcome, "stale");
+  EXPECT_FALSE(v.got[1].lease.held());
+  EXPECT_EQ(v.got[1].current, 11u);  // the fence, above what the store had after 6
+  auto body = nlohmann::json::parse(v.got[1].reply->body());
+  EXPECT_EQ(body["error"], "stale_token");
+  EXPECT_EQ(body["key"], "/objects/x");
+  EXPECT_EQ(body["token"], 6);
+  // The refusal handed the key on: 10, below the fence, is refused too, and
+  // 12 (above it) goes.
+  ASSERT_TRUE(v.RunUntil(4));
+  EXPECT_FALSE(v.got[2].forward);
+  EXPECT_EQ(v.got[2].outcome, "stale");
+  EXPECT_TRUE(v.got[3].forward) << v.got[3].outcome;
+  v.got[3].lease.Release();
+  for (int i = 0; i < 1000 && queue.active_keys() > 0; ++i) {
+    ioc.run_one_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(queue.active_keys(), 0u);
+}
+
+// The fence on either key of a write of two keys refuses it at its turn,
+// naming that key.
+TEST_F(FenceFilterTest, AnAdminFenceOnEitherKeyRefusesAQueuedWriteOfTwoKeys) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  boost::asio::io_context ioc;
+  testing::FakeStore store;
+  KeyQueue queue;
+  FenceFilter filter(store, queue);
+  auto guard = boost::asio::make_work_guard(ioc);
+  Verdicts v(ioc);
+  filter.Check(Classify("PUT", "/objects/a", "5"), ioc.get_executor(), v.Into());
+  ASSERT_TRUE(v.RunUntil(1));
+  WriteIntent two = Classify("PUT", "/objects/a", "6");
+  two.extra_keys = {"/objects/b"};
+  filter.Check(two, ioc.get_executor(), v.Into());
+  store.WaitForAnswers();
+  // b is held by the waiting write itself: its floor is learnt all the same.
+  queue.Fence("/objects/b", 8, [&] { store.Raise("/objects/b", 8, [](auto&&...) {}); });
+  v.got[0].lease.Release();
+  ASSERT_TRUE(v.RunUntil(2));
+  EXPECT_FALSE(v.got[1].forward);
+  EXPECT_EQ(v.got[1].outcome, "stale") << v.got[1].reply->body();
+  EXPECT_EQ(v.got[1].current, 8u);
+  EXPECT_EQ(nlohmann::json::parse(v.got[1].reply->body())["key"], "/objects/b");
+  EXPECT_EQ(queue.active_keys(), 0u);  // both keys let go
+}
+
 }  // namespace
 }  // namespace fencegate::proxy

@@ -4,10 +4,14 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <atomic>
 #include <chrono>
 #include <future>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -491,6 +495,431 @@ TEST(KeyQueue, MovedLeaseReleasesOnce) {
   second.Release();
   ioc.poll();
   EXPECT_EQ(seconds, 2);
+}
+
+// Keys in two different shards, and a third in the first one's shard (so a
+// caller's keys may share a shard lock, which it takes once).
+struct ThreeKeys {
+  std::string a = "a";
+  std::string b = "b";
+  std::string c;
+  ThreeKeys() {
+    for (int i = 0; KeyQueue::ShardOf(b) == KeyQueue::ShardOf(a); ++i) b = "b" + std::to_string(i);
+    for (int i = 0; c.empty() || KeyQueue::ShardOf(c) != KeyQueue::ShardOf(a); ++i) {
+      c = "c" + std::to_string(i);
+    }
+  }
+};
+
+TEST(KeyQueueAll, AWriteOfSeveralKeysRunsOnceItHasTheTurnOnEveryKey) {
+  io_context ioc;
+  KeyQueue q;
+  const ThreeKeys k;
+  KeyLease on_a, on_b, all, after;
+  q.Acquire(k.a, ioc.get_executor(), [&](KeyLease l) { on_a = std::move(l); });
+  q.Acquire(k.b, ioc.get_executor(), [&](KeyLease l) { on_b = std::move(l); });
+  int queued = 0;
+  const std::vector<std::string> more = {k.b, k.c};
+  q.AcquireAll(
+      k.a, more, ioc.get_executor(), [&](KeyLease l) { all = std::move(l); }, true,
+      [&] { ++queued; });
+  EXPECT_EQ(queued, 1);  // once, for every key
+  // c was free: the write holds it already, and a write of c waits.
+  q.Acquire(k.c, ioc.get_executor(), [&](KeyLease l) { after = std::move(l); });
+  ioc.poll();
+  ioc.restart();
+  ASSERT_TRUE(on_a.held() && on_b.held());
+  EXPECT_FALSE(all.held());
+  EXPECT_EQ(q.waiting(), 3u);  // a and b (the write of three keys), c (the write of c)
+  on_a.Release();
+  ioc.poll();
+  ioc.restart();
+  EXPECT_FALSE(all.held()) << "ran with the turn on a only";
+  on_b.Release();
+  ioc.poll();
+  ioc.restart();
+  ASSERT_TRUE(all.held());
+  EXPECT_TRUE(all.waited());
+  ASSERT_EQ(all.more().size(), 2u);
+  EXPECT_TRUE(all.more()[0].held());
+  EXPECT_TRUE(all.more()[1].held());
+  EXPECT_FALSE(after.held());
+  all.Release();  // every key goes on
+  ioc.poll();
+  EXPECT_TRUE(after.held());
+  after.Release();
+  EXPECT_EQ(q.active_keys(), 0u);
+  EXPECT_EQ(q.waiting(), 0u);
+}
+
+TEST(KeyQueueAll, FreeKeysOnTheExecutorsOwnThreadRunBeforeAcquireAllReturns) {
+  io_context ioc;
+  KeyQueue q;
+  const ThreeKeys k;
+  std::vector<std::string> events;
+  KeyLease all;
+  boost::asio::post(ioc, [&] {
+    const std::vector<std::string> more = {k.b};
+    q.AcquireAll(k.a, more, ioc.get_executor(), [&](KeyLease l) {
+      events.emplace_back("turn");
+      all = std::move(l);
+    });
+    events.emplace_back("returned");
+  });
+  ioc.poll();
+  EXPECT_EQ(events, (std::vector<std::string>{"turn", "returned"}));
+  EXPECT_FALSE(all.waited());
+  ASSERT_EQ(all.more().size(), 1u);
+  all.Release();
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+// Each key's writes keep their order: writes of one key and of several,
+// interleaved, take their turns on every key in the order they asked.
+TEST(KeyQueueAll, EachKeyKeepsItsOrder) {
+  io_context ioc;
+  KeyQueue q;
+  const ThreeKeys k;
+  std::vector<std::string> turns;
+  std::map<std::string, KeyLease> held;
+  auto take = [&](std::string name) {
+    return [&, name](KeyLease l) {
+      turns.push_back(name);
+      held[name] = std::move(l);
+    };
+  };
+  const std::vector<std::string> b = {k.b};
+  const std::vector<std::string> a = {k.a};
+  q.Acquire(k.a, ioc.get_executor(), take("first a"));
+  q.AcquireAll(k.a, b, ioc.get_executor(), take("ab"));  // holds b, waits for a
+  q.Acquire(k.b, ioc.get_executor(), take("b"));         // behind ab on b
+  q.AcquireAll(k.b, a, ioc.get_executor(), take("ba"));  // behind ab on a and on b
+  q.Acquire(k.a, ioc.get_executor(), take("last a"));    // behind ba on a
+  auto release = [&](const std::string& name) {
+    held.at(name).Release();
+    ioc.poll();
+    ioc.restart();
+  };
+  ioc.poll();
+  ioc.restart();
+  EXPECT_EQ(turns, (std::vector<std::string>{"first a"}));
+  release("first a");
+  EXPECT_EQ(turns, (std::vector<std::string>{"first a", "ab"}));
+  release("ab");  // b to "b", a to "ba" (which still waits for b)
+  EXPECT_EQ(turns, (std::vector<std::string>{"first a", "ab", "b"}));
+  release("b");
+  EXPECT_EQ(turns, (std::vector<std::string>{"first a", "ab", "b", "ba"}));
+  release("ba");
+  EXPECT_EQ(turns, (std::vector<std::string>{"first a", "ab", "b", "ba", "last a"}));
+  release("last a");
+  EXPECT_EQ(q.active_keys(), 0u);
+  EXPECT_EQ(q.waiting(), 0u);
+}
+
+TEST(KeyQueueAll, AFullQueueOnAnyKeyRefusesTheWholeWriteAndPlacesItNowhere) {
+  io_context ioc;
+  KeyQueue q(1);
+  const ThreeKeys k;
+  std::vector<KeyLease> held;
+  q.Acquire(k.b, ioc.get_executor(), [&](KeyLease l) { held.push_back(std::move(l)); });
+  q.Acquire(k.b, ioc.get_executor(), [&](KeyLease l) { held.push_back(std::move(l)); });
+  ASSERT_EQ(q.waiting(), 1u);  // b's queue is full
+  bool refused = false;
+  bool queued = false;
+  const std::vector<std::string> more = {k.b};
+  q.AcquireAll(
+      k.a, more, ioc.get_executor(), [&](const KeyLease& l) { refused = !l.held(); }, true,
+      [&] { queued = true; });
+  EXPECT_FALSE(queued) << "the store would have been asked";
+  EXPECT_EQ(q.active_keys(), 1u) << "a was taken";
+  EXPECT_EQ(q.waiting(), 1u);
+  ioc.poll();
+  ioc.restart();
+  EXPECT_TRUE(refused);
+  // Unbounded (shadow) writes always queue.
+  KeyLease all;
+  q.AcquireAll(
+      k.a, more, ioc.get_executor(), [&](KeyLease l) { all = std::move(l); }, false);
+  EXPECT_EQ(q.waiting(), 2u);
+  ASSERT_EQ(held.size(), 1u);
+  held.clear();  // b to its second write
+  ioc.poll();
+  ioc.restart();
+  held.clear();  // b to the write of a and b
+  ioc.poll();
+  EXPECT_TRUE(all.held());
+  all.Release();
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+TEST(KeyQueueAll, AThrowingOnQueuedGivesEveryPlaceBack) {
+  io_context ioc;
+  KeyQueue q;
+  const ThreeKeys k;
+  KeyLease on_b;
+  q.Acquire(k.b, ioc.get_executor(), [&](KeyLease l) { on_b = std::move(l); });
+  const std::vector<std::string> more = {k.b, k.c};
+  EXPECT_THROW(q.AcquireAll(
+                   k.a, more, ioc.get_executor(), [](KeyLease) { ADD_FAILURE() << "ran"; }, true,
+                   [] { throw std::runtime_error("no memory"); }),
+               std::runtime_error);
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.active_keys(), 1u);  // only b, held by its first write
+  ioc.poll();
+  on_b.Release();
+  ioc.poll();
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+// The same with many keys of one shard: the caller's new keys grow (and
+// rehash) the shard's map after it took its place behind the held key, and
+// that place must still be given back.
+TEST(KeyQueueAll, AThrowingOnQueuedGivesEveryPlaceBackAcrossARehash) {
+  io_context ioc;
+  KeyQueue q;
+  const std::vector<std::string> keys = testing::KeysOfOneShard("/objects/tenant/key-", 64);
+  KeyLease first;
+  q.Acquire(keys[0], ioc.get_executor(), [&](KeyLease l) { first = std::move(l); });
+  const std::span<const std::string> more(keys.data() + 1, keys.size() - 1);
+  EXPECT_THROW(q.AcquireAll(
+                   keys[0], more, ioc.get_executor(), [](KeyLease) { ADD_FAILURE() << "ran"; },
+                   true, [] { throw std::runtime_error("no memory"); }),
+               std::runtime_error);
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.active_keys(), 1u);
+  ioc.poll();
+  ioc.restart();
+  ASSERT_TRUE(first.held());
+  bool second = false;
+  q.Acquire(keys[0], ioc.get_executor(), [&](const KeyLease&) { second = true; });
+  first.Release();  // to the write above, not to the one that threw
+  ioc.poll();
+  EXPECT_TRUE(second);
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+// Writers of {a, b}, {b, a} and of a and b alone, from several threads at
+// once, round after round: every write gets its turn (a cycle of waits
+// would leave some waiting forever, and the deadline below fails the test),
+// and no two writes ever hold one key together.
+TEST(KeyQueueAll, WritesOfSeveralKeysInAnyOrderNeverDeadlock) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 2000;
+  KeyQueue q;
+  const ThreeKeys k;
+  std::vector<std::unique_ptr<io_context>> iocs;
+  for (int i = 0; i < kThreads; ++i) iocs.push_back(std::make_unique<io_context>());
+  std::map<std::string, std::atomic<int>> holders;
+  for (const std::string& key : {k.a, k.b, k.c}) holders[key] = 0;
+  std::atomic<int> done{0};
+  std::atomic<bool> overlap{false};
+  std::promise<void> all_done;
+  const int total = kThreads * kRounds;
+  auto finish = [&] {
+    if (done.fetch_add(1) + 1 == total) all_done.set_value();
+  };
+  // Holds every key of the lease for a moment, then lets go.
+  std::atomic<size_t> most_waiting{0};
+  auto hold = [&](KeyLease lease, std::vector<std::string> keys) {
+    size_t waiting = q.waiting();
+    size_t most = most_waiting.load();
+    while (waiting > most && !most_waiting.compare_exchange_weak(most, waiting)) {
+    }
+    for (const std::string& key : keys) {
+      if (holders.at(key).fetch_add(1) != 0) overlap = true;
+    }
+    for (const std::string& key : keys) holders.at(key).fetch_sub(1);
+    lease.Release();
+    finish();
+  };
+  const std::vector<std::vector<std::string>> shapes = {
+      {k.a, k.b}, {k.b, k.a}, {k.a}, {k.b}, {k.c, k.a, k.b}, {k.b, k.c}};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      io_context& ioc = *iocs[t];
+      auto work = boost::asio::make_work_guard(ioc);
+      for (int r = 0; r < kRounds; ++r) {
+        const std::vector<std::string>& keys = shapes[(t + r) % shapes.size()];
+        auto handler = [&, keys](KeyLease l) { hold(std::move(l), keys); };
+        std::span<const std::string> more(keys.data() + 1, keys.size() - 1);
+        // Asked from this thread, turns run on another thread's context.
+        q.AcquireAll(keys[0], more, iocs[(t + r) % kThreads]->get_executor(), handler);
+        ioc.poll();
+      }
+      work.reset();
+    });
+  }
+  std::vector<std::thread> runners;
+  std::atomic<bool> stop{false};
+  for (int t = 0; t < kThreads; ++t) {
+    runners.emplace_back([&, t] {
+      while (!stop) {
+        iocs[t]->run_for(std::chrono::milliseconds(5));
+        iocs[t]->restart();
+      }
+    });
+  }
+  const bool finished =
+      all_done.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  for (auto& th : threads) th.join();
+  stop = true;
+  for (auto& th : runners) th.join();
+  EXPECT_TRUE(finished) << done << " of " << total << " writes got their turn, " << q.waiting()
+                        << " still wait";
+  EXPECT_FALSE(overlap) << "two writes held one key at once";
+  EXPECT_GT(most_waiting.load(), 0u) << "no write ever waited: the test proved nothing";
+  if (finished) {
+    EXPECT_EQ(q.waiting(), 0u);
+    EXPECT_EQ(q.active_keys(), 0u);
+  }
+  for (auto& ioc : iocs) {
+    ioc->restart();
+    ioc->poll();  // handlers left over after a deadline failure: release what they hold
+  }
+}
+
+// The admin fence on a busy key: the waiter behind the holder learns the
+// floor at its turn; the holder's own lease has none (it held the turn when
+// the fence was decided). The fence runs on_queued under the shard's lock,
+// at once, without waiting for the turn.
+TEST(KeyQueueFence, TheNextWaiterLearnsTheFloorAtItsTurn) {
+  io_context ioc;
+  KeyQueue q;
+  KeyLease first, second;
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { first = std::move(l); });
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { second = std::move(l); });
+  ioc.poll();
+  ioc.restart();
+  int raised = 0;
+  q.Fence("k", 10, [&] { ++raised; });
+  EXPECT_EQ(raised, 1);
+  q.Fence("k", 7, [&] { ++raised; });  // a lower fence never lowers the floor
+  EXPECT_EQ(raised, 2);
+  EXPECT_EQ(first.floor(), 0u);
+  first.Release();
+  ioc.poll();
+  ioc.restart();
+  ASSERT_TRUE(second.held());
+  EXPECT_EQ(second.floor(), 10u);
+  second.Release();
+  EXPECT_EQ(q.active_keys(), 0u);
+  // The floor went with the key's entry; a fence on a free key leaves none
+  // (the store refuses what comes later).
+  q.Fence("k", 20, [&] { ++raised; });
+  EXPECT_EQ(raised, 3);
+  EXPECT_EQ(q.active_keys(), 0u);
+  KeyLease later;
+  q.Acquire("k", ioc.get_executor(), [&](KeyLease l) { later = std::move(l); });
+  ioc.poll();
+  ASSERT_TRUE(later.held());
+  EXPECT_EQ(later.floor(), 0u);
+}
+
+// A released entry serves the next new key of its shard: that key must not
+// inherit the old key's floor.
+TEST(KeyQueueFence, ARecycledEntryStartsWithoutAFloor) {
+  io_context ioc;
+  KeyQueue q;
+  const std::vector<std::string> keys = testing::KeysOfOneShard("/objects/tenant/key-", 2);
+  std::vector<KeyLease> held;
+  auto take = [&](KeyLease l) { held.push_back(std::move(l)); };
+  q.Acquire(keys[0], ioc.get_executor(), take);
+  q.Fence(keys[0], 50, {});
+  ioc.poll();
+  ioc.restart();
+  held.clear();  // keys[0]'s entry becomes a spare, floor and all
+  q.Acquire(keys[1], ioc.get_executor(), take);
+  q.Acquire(keys[1], ioc.get_executor(), take);
+  ioc.poll();
+  ioc.restart();
+  ASSERT_EQ(held.size(), 1u);
+  held.front().Release();
+  ioc.poll();
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held.back().floor(), 0u);
+}
+
+// A write of several keys that holds one key and waits for another when a
+// fence on the held key is decided learns that floor too, when its turn on
+// the last key comes: it has not gone to the backend yet.
+TEST(KeyQueueFence, AWriteOfSeveralKeysLearnsTheFloorsAsOfItsLastTurn) {
+  io_context ioc;
+  KeyQueue q;
+  const ThreeKeys k;
+  KeyLease on_b, all;
+  q.Acquire(k.b, ioc.get_executor(), [&](KeyLease l) { on_b = std::move(l); });
+  const std::vector<std::string> more = {k.b};
+  q.AcquireAll(k.a, more, ioc.get_executor(), [&](KeyLease l) { all = std::move(l); });
+  ioc.poll();
+  ioc.restart();
+  q.Fence(k.a, 10, {});  // a is held by the waiting write
+  q.Fence(k.b, 12, {});  // b is held by the first write
+  on_b.Release();
+  ioc.poll();
+  ASSERT_TRUE(all.held());
+  EXPECT_EQ(all.floor(), 10u);
+  ASSERT_EQ(all.more().size(), 1u);
+  EXPECT_EQ(all.more()[0].floor(), 12u);
+}
+
+// A write that may be refused at its turn must not be sent before it: with
+// a floor on the key, a hand-over from another thread skips the relay and
+// gives the turn the usual way.
+TEST(KeyQueueFence, WithAFloorTheRelayIsSkipped) {
+  io_context mine;
+  io_context theirs;
+  KeyQueue q;
+  RecordingCourier courier;
+  int relays = 0;
+  KeyLease first, second;
+  q.Acquire("k", mine.get_executor(), [&](KeyLease l) { first = std::move(l); });
+  q.Acquire(
+      "k", theirs.get_executor(), [&](KeyLease l) { second = std::move(l); }, true, {},
+      [&](Courier& c) {
+        ++relays;
+        (void)c.Send("request");
+      });
+  mine.poll();
+  mine.restart();
+  ASSERT_TRUE(first.held());
+  q.Fence("k", 3, {});
+  boost::asio::post(mine, [&] { first.HandOn(&courier); });
+  mine.poll();
+  theirs.poll();
+  EXPECT_EQ(relays, 0);
+  EXPECT_TRUE(courier.requests.empty());
+  ASSERT_TRUE(second.held());
+  EXPECT_EQ(second.floor(), 3u);
+}
+
+// A lease of several keys handed on hands on every key, each to its next
+// waiter, on this thread.
+TEST(KeyQueueAll, HandOnOfSeveralKeysHandsOnEveryKey) {
+  io_context ioc;
+  KeyQueue q;
+  const ThreeKeys k;
+  std::vector<std::string> events;
+  KeyLease all, next_a, next_b;
+  boost::asio::post(ioc, [&] {
+    const std::vector<std::string> more = {k.b};
+    q.AcquireAll(k.a, more, ioc.get_executor(), [&](KeyLease l) { all = std::move(l); });
+    q.Acquire(k.a, ioc.get_executor(), [&](KeyLease l) {
+      events.emplace_back("a");
+      next_a = std::move(l);
+    });
+    q.Acquire(k.b, ioc.get_executor(), [&](KeyLease l) {
+      events.emplace_back("b");
+      next_b = std::move(l);
+    });
+    ASSERT_TRUE(all.held());
+    all.HandOn();
+    events.emplace_back("handed on");
+  });
+  ioc.poll();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events.back(), "handed on");
+  EXPECT_TRUE(next_a.held() && next_b.held());
 }
 
 }  // namespace
