@@ -755,9 +755,22 @@ void HttpSession::EndUpstream(bool reusable) {
   if (upstream_) {
     upstream_ended_ = Clock::now();
     reusable = complete && res_parser_->keep_alive() && !response_framing_.close_delimited &&
-               request_written_ && up_buffer_.size() == 0;
+               request_written_;
+    // Bytes beyond the response's framing (more than its Content-Length, a
+    // body after a 204, 304 or HEAD answer, data after the last chunk) would
+    // be read as the next request's response: that connection is not reused.
+    if (reusable && up_buffer_.size() > 0) {
+      spdlog::warn("upstream sent {} bytes beyond its response to {} {}; closing that connection",
+                   up_buffer_.size(), req_parser_->get().method_string(), target_.path);
+      reusable = false;
+    }
     if (reusable) {
-      worker_.pool.Release(std::move(upstream_));
+      // The pool looks at the socket as well: bytes that came after the
+      // last read close it there.
+      if (worker_.pool.Release(std::move(upstream_)) == UpstreamPool::Unread::kBytes) {
+        spdlog::warn("upstream sent bytes beyond its response to {} {}; closing that connection",
+                     req_parser_->get().method_string(), target_.path);
+      }
     } else {
       beast::error_code ignored;
       upstream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
