@@ -265,7 +265,7 @@ void HttpSession::OnReadHeader(ec_t ec) {
 
   if (HeadProblem problem = CheckHead(req, &target_); !problem.ok()) {
     if (problem.close) request_keep_alive_ = false;
-    return SendReply(MakeError(http::status::bad_request, problem.code, problem.message),
+    return SendReply(MakeError(problem.status, problem.code, problem.message),
                      "bad_request");
   }
   Classify(ctx_.fence_settings, *ctx_.router, req.method_string(), target_.path, req.base(),
