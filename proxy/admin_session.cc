@@ -111,7 +111,14 @@ void AdminSession::Handle() {
   }
   if (target == "/readyz") return HandleReady();
   if (target == "/v1/test/store-faults" && ctx_.set_faults) return HandleFaults();
-  if (ParseAdminKeyTarget(target, &key, &fence)) return HandleKey(key, fence);
+  if (ParseAdminKeyTarget(target, &key, &fence)) {
+    // Refused here, with what is wrong: the store would answer it as a
+    // failure (503).
+    if (std::string problem = CheckAdminKey(key); !problem.empty()) {
+      return Send(MakeError(http::status::bad_request, "bad_key", problem));
+    }
+    return HandleKey(key, fence);
+  }
   if (target.substr(0, kKeysPrefix.size()) == kKeysPrefix) {
     return Send(MakeError(http::status::bad_request, "bad_key",
                           "the key must be percent-encoded as one path segment, e.g. "
@@ -122,13 +129,19 @@ void AdminSession::Handle() {
 }
 
 bool AdminSession::Authorized() {
+  const auto& req = parser_->get();
+  // Two credentials: which one counts would be a guess, and a proxy in
+  // front of the admin listener may guess the other way.
+  if (req.count(http::field::authorization) > 1) {
+    Send(MakeError(http::status::bad_request, "bad_request", "more than one Authorization header"));
+    return false;
+  }
   const std::string& token = ctx_.config->admin.token;
   if (token.empty()) {
     Send(MakeError(http::status::forbidden, "admin_writes_disabled",
                    "admin writes are disabled: set admin.token in the config"));
     return false;
   }
-  const auto& req = parser_->get();
   auto it = req.find(http::field::authorization);
   bool ok = it != req.end() && BearerMatches(it->value(), token);
   if (!ok) {
@@ -167,12 +180,9 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
     return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use POST"));
   }
   if (!Authorized()) return;
-  std::optional<uint64_t> token = ParseFenceBody(req.body());
-  if (!token) {
-    return Send(MakeError(http::status::bad_request, "bad_token",
-                          "body must be {\"token\": N} with N an unsigned 64-bit integer"));
-  }
-  ctx_.store->Raise(key, *token, [self = shared_from_this(), key, work](
+  FenceBody body = ParseFenceBody(req.body());
+  if (!body.token) return Send(MakeError(http::status::bad_request, body.code, body.message));
+  ctx_.store->Raise(key, *body.token, [self = shared_from_this(), key, work](
                                      const storage::Status& st, storage::Fence f) mutable {
     if (!st.ok()) return SendFromStore(std::move(self), MakeStoreError(st));
     spdlog::info("admin: fence for key {} raised to at least {}", key, f.current);
