@@ -15,6 +15,11 @@ namespace fencegate::proxy {
 // percent-encoding, or when the key decodes to nothing.
 bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence);
 
+// "" when a decoded admin key can be a key at all, else why not (for a 400
+// bad_key): longer than kMaxKeyBytes, as no route's key can be (SPEC
+// section 3), and as the store would refuse it.
+std::string CheckAdminKey(std::string_view key);
+
 // Compares without an early exit, so the time taken does not reveal how
 // much of a secret matched (only the lengths).
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
@@ -24,9 +29,22 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // `token`, compared in constant time. An empty `token` never matches.
 bool BearerMatches(std::string_view authorization, std::string_view token);
 
-// The token of a fence body {"token": N}: N an unsigned 64-bit JSON number
-// or a decimal string in the token header's syntax. nullopt for anything
-// else (not JSON, not an object, no "token", negative, fractional, too big).
-std::optional<uint64_t> ParseFenceBody(std::string_view body);
+// A fence body: its token, or what is wrong with it.
+struct FenceBody {
+  std::optional<uint64_t> token;
+  // Without a token, for the 400: "bad_token" when "token" is there but its
+  // value is not a token, "bad_request" for the rest of the body.
+  std::string code;
+  std::string message;
+};
+
+// Parses a fence body {"token": N}: one JSON object whose only member is
+// "token", once, and N a JSON number whose value is an integer from 0 to
+// 2^64-1. The number's text is read exactly, so an exponent or a fraction
+// is fine when the value is an integer (1e3, 1000.0), and no double
+// rounding reaches the store. Refused: not JSON, not an object, "token"
+// missing or twice, any other member, a value that is not a number (a
+// string of digits too), negative, not an integer, or too large.
+FenceBody ParseFenceBody(std::string_view body);
 
 }  // namespace fencegate::proxy

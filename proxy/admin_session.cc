@@ -8,6 +8,7 @@
 #include <boost/asio/prefer.hpp>
 
 #include "proxy/admin_request.h"
+#include "proxy/head_limit.h"
 
 namespace fencegate::proxy {
 
@@ -19,6 +20,7 @@ using nlohmann::json;
 namespace {
 constexpr std::string_view kKeysPrefix = "/v1/keys/";
 constexpr size_t kMaxAdminBody = size_t{64} * 1024;
+constexpr size_t kHeadReadSize = size_t{64} * 1024;  // the most a head read asks for
 }  // namespace
 
 AdminSession::AdminSession(tcp::socket&& socket, AdminContext& context)
@@ -39,11 +41,34 @@ void AdminSession::Close() {
 void AdminSession::DoRead() {
   parser_.emplace();
   head_request_ = false;
-  parser_->header_limit(static_cast<uint32_t>(ctx_.config->limits.max_header_bytes));
+  head_bytes_ = 0;  // PutHead sets the parser's header_limit
   parser_->body_limit(kMaxAdminBody);
-  stream_.expires_after(ctx_.config->limits.header_timeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  stream_.expires_after(ctx_.config->limits.header_timeout);  // every read of this request
+  ReadHead();
+}
+
+void AdminSession::ReadHead() {
+  // The head is read here, not by http::async_read, so that
+  // limits.max_header_bytes bounds all of it (head_limit.h).
+  beast::error_code ec;
+  if (PutHead(*parser_, buffer_, ctx_.config->limits.max_header_bytes, &head_bytes_, ec)) {
+    if (ec || parser_->is_done()) return OnRead(ec);
+    return http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+  stream_.async_read_some(buffer_.prepare(beast::read_size(buffer_, kHeadReadSize)),
+                          [self = shared_from_this()](beast::error_code ec, size_t n) {
+                            self->buffer_.commit(n);
+                            if (!ec) return self->ReadHead();
+                            // As Beast's reads say it: EOF within a head is
+                            // a partial message, before one the end of the stream.
+                            if (ec == asio::error::eof) {
+                              ec = self->parser_->got_some() ? http::error::partial_message
+                                                             : http::error::end_of_stream;
+                            }
+                            self->OnRead(ec);
+                          });
 }
 
 void AdminSession::OnRead(beast::error_code ec) {
@@ -55,6 +80,16 @@ void AdminSession::OnRead(beast::error_code ec) {
   if (ec) {
     keep_alive_ = false;
     if (ec == beast::error::timeout || ec == asio::error::operation_aborted) return;
+    if (ec == http::error::header_limit) {
+      return Send(MakeError(http::status::request_header_fields_too_large, "headers_too_large",
+                            "the request head is larger than limits.max_header_bytes (" +
+                                std::to_string(ctx_.config->limits.max_header_bytes) + ")"));
+    }
+    if (ec == http::error::body_limit) {
+      return Send(MakeError(http::status::payload_too_large, "body_too_large",
+                            "an admin request body is at most " + std::to_string(kMaxAdminBody) +
+                                " bytes"));
+    }
     return Send(MakeError(http::status::bad_request, "bad_request",
                           "malformed admin request: " + ec.message()));
   }
@@ -76,7 +111,14 @@ void AdminSession::Handle() {
   }
   if (target == "/readyz") return HandleReady();
   if (target == "/v1/test/store-faults" && ctx_.set_faults) return HandleFaults();
-  if (ParseAdminKeyTarget(target, &key, &fence)) return HandleKey(key, fence);
+  if (ParseAdminKeyTarget(target, &key, &fence)) {
+    // Refused here, with what is wrong: the store would answer it as a
+    // failure (503).
+    if (std::string problem = CheckAdminKey(key); !problem.empty()) {
+      return Send(MakeError(http::status::bad_request, "bad_key", problem));
+    }
+    return HandleKey(key, fence);
+  }
   if (target.substr(0, kKeysPrefix.size()) == kKeysPrefix) {
     return Send(MakeError(http::status::bad_request, "bad_key",
                           "the key must be percent-encoded as one path segment, e.g. "
@@ -87,13 +129,19 @@ void AdminSession::Handle() {
 }
 
 bool AdminSession::Authorized() {
+  const auto& req = parser_->get();
+  // Two credentials: which one counts would be a guess, and a proxy in
+  // front of the admin listener may guess the other way.
+  if (req.count(http::field::authorization) > 1) {
+    Send(MakeError(http::status::bad_request, "bad_request", "more than one Authorization header"));
+    return false;
+  }
   const std::string& token = ctx_.config->admin.token;
   if (token.empty()) {
     Send(MakeError(http::status::forbidden, "admin_writes_disabled",
                    "admin writes are disabled: set admin.token in the config"));
     return false;
   }
-  const auto& req = parser_->get();
   auto it = req.find(http::field::authorization);
   bool ok = it != req.end() && BearerMatches(it->value(), token);
   if (!ok) {
@@ -132,11 +180,9 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
     return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use POST"));
   }
   if (!Authorized()) return;
-  std::optional<uint64_t> token = ParseFenceBody(req.body());
-  if (!token) {
-    return Send(MakeError(http::status::bad_request, "bad_token",
-                          "body must be {\"token\": N} with N an unsigned 64-bit integer"));
-  }
+  FenceBody body = ParseFenceBody(req.body());
+  if (!body.token) return Send(MakeError(http::status::bad_request, body.code, body.message));
+  const uint64_t token = *body.token;
   auto raised = [self = shared_from_this(), key, work](const storage::Status& st,
                                                        storage::Fence f) mutable {
     if (!st.ok()) return SendFromStore(std::move(self), MakeStoreError(st));
@@ -144,13 +190,13 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
     SendFromStore(std::move(self),
                   MakeJson(http::status::ok, {{"key", key}, {"token", f.current}}));
   };
-  auto raise = [&] { ctx_.store->Raise(key, *token, std::move(raised)); };
+  auto raise = [&] { ctx_.store->Raise(key, token, std::move(raised)); };
   // Through the key's queue (SPEC section 6): the writes already queued for
   // the key, whose Advances the store decided before this Raise, learn the
   // fence at their turn and are refused if their token is lower. The answer
   // still waits for the Raise to be durable.
   if (ctx_.queue == nullptr) return raise();
-  ctx_.queue->Fence(key, *token, raise);
+  ctx_.queue->Fence(key, token, raise);
 }
 
 void AdminSession::HandleFaults() {

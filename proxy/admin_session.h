@@ -51,6 +51,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
 
  private:
   void DoRead();
+  void ReadHead();  // then the body, if any
   void OnRead(boost::beast::error_code ec);
   void Handle();
   void HandleKey(const std::string& key, bool fence);
@@ -67,6 +68,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   AdminContext& ctx_;
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  uint64_t head_bytes_ = 0;  // of the request head, consumed so far (PutHead)
   Reply reply_;
   std::optional<ReplySerializer> serializer_;
   bool keep_alive_ = false;

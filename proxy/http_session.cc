@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
+#include "proxy/head_limit.h"
 #include "proxy/headers.h"
 #include "proxy/read_attempt.h"
 #include "proxy/request_checks.h"
@@ -48,7 +49,6 @@ bool ParseBuffered(Parser& parser, beast::flat_buffer& buffer, Done done, beast:
   return true;
 }
 
-constexpr auto kHeaderDone = [](const auto& parser) { return parser.is_header_done(); };
 constexpr auto kMessageDone = [](const auto& parser) { return parser.is_done(); };
 
 // Responses that never carry a body, whatever their headers say.
@@ -145,7 +145,7 @@ char* HttpSession::Buffer(uint64_t want) {
 void HttpSession::DoReadHeader() {
   if (ctx_.draining.load(std::memory_order_relaxed) && buffer_.size() == 0) return Close();
   req_parser_.emplace();
-  req_parser_->header_limit(static_cast<uint32_t>(config_.limits.max_header_bytes));
+  head_bytes_ = 0;  // PutHead sets the parser's header_limit
   req_parser_->body_limit(config_.limits.max_body_bytes);
   intent_ = WriteIntent{};
   outcome_.clear();
@@ -193,14 +193,30 @@ void HttpSession::DoWaitForRequest() {
 
 void HttpSession::StartHeaderRead() {
   // Usually the whole head came with the first read (DoWaitForRequest, or
-  // behind the previous request when pipelined).
+  // behind the previous request when pipelined). The head is read here
+  // rather than by http::async_read_header so that limits.max_header_bytes
+  // bounds all of it, however many reads it takes (head_limit.h).
   ec_t ec;
-  if (ParseBuffered(*req_parser_, buffer_, kHeaderDone, ec)) return OnReadHeader(ec);
-  http::async_read_header(stream_, buffer_, *req_parser_,
-                          Timed(client_deadline_, config_.limits.header_timeout,
-                                [self = shared_from_this()](ec_t ec, size_t) {
-                                  self->OnReadHeader(ec);
-                                }));
+  if (PutHead(*req_parser_, buffer_, config_.limits.max_header_bytes, &head_bytes_, ec)) {
+    client_deadline_.Disarm();
+    return OnReadHeader(ec);
+  }
+  // One deadline for the whole head, armed at its first read.
+  if (!client_deadline_.armed()) client_deadline_.Arm(config_.limits.header_timeout);
+  stream_.async_read_some(buffer_.prepare(beast::read_size(buffer_, kHeadReadSize)),
+                          [self = shared_from_this()](ec_t ec, size_t n) {
+                            self->buffer_.commit(n);
+                            if (!ec) return self->StartHeaderRead();
+                            self->client_deadline_.Disarm();
+                            // As Beast's reads say it: EOF within a head is
+                            // a partial message, before one the end of the
+                            // stream.
+                            if (ec == asio::error::eof) {
+                              ec = self->req_parser_->got_some() ? http::error::partial_message
+                                                                 : http::error::end_of_stream;
+                            }
+                            self->OnReadHeader(ec);
+                          });
 }
 
 void HttpSession::OnReadHeader(ec_t ec) {
@@ -249,7 +265,7 @@ void HttpSession::OnReadHeader(ec_t ec) {
 
   if (HeadProblem problem = CheckHead(req, &target_); !problem.ok()) {
     if (problem.close) request_keep_alive_ = false;
-    return SendReply(MakeError(http::status::bad_request, problem.code, problem.message),
+    return SendReply(MakeError(problem.status, problem.code, problem.message),
                      "bad_request");
   }
   Classify(ctx_.fence_settings, *ctx_.router, req.method_string(), target_.path, req.base(),
@@ -757,9 +773,22 @@ void HttpSession::EndUpstream(bool reusable) {
   if (upstream_) {
     upstream_ended_ = Clock::now();
     reusable = complete && res_parser_->keep_alive() && !response_framing_.close_delimited &&
-               request_written_ && up_buffer_.size() == 0;
+               request_written_;
+    // Bytes beyond the response's framing (more than its Content-Length, a
+    // body after a 204, 304 or HEAD answer, data after the last chunk) would
+    // be read as the next request's response: that connection is not reused.
+    if (reusable && up_buffer_.size() > 0) {
+      spdlog::warn("upstream sent {} bytes beyond its response to {} {}; closing that connection",
+                   up_buffer_.size(), req_parser_->get().method_string(), target_.path);
+      reusable = false;
+    }
     if (reusable) {
-      worker_.pool.Release(std::move(upstream_));
+      // The pool looks at the socket as well: bytes that came after the
+      // last read close it there.
+      if (worker_.pool.Release(std::move(upstream_)) == UpstreamPool::Unread::kBytes) {
+        spdlog::warn("upstream sent bytes beyond its response to {} {}; closing that connection",
+                     req_parser_->get().method_string(), target_.path);
+      }
     } else {
       beast::error_code ignored;
       upstream_->socket().shutdown(tcp::socket::shutdown_both, ignored);

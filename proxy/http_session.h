@@ -141,11 +141,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   size_t body_capacity_ = 0;
   static constexpr size_t kBodyBufferSize = size_t{64} * 1024;
   static constexpr size_t kWaitReadSize = 4096;  // the first read of a kept-alive request
+  static constexpr size_t kHeadReadSize = size_t{64} * 1024;  // the most a head read asks for
   // PrepareWholeRequest: bodies up to this size, already read with the head.
   static constexpr uint64_t kWholeBodyMax = uint64_t{16} * 1024;
 
   // Per request.
   std::optional<http::request_parser<http::buffer_body>> req_parser_;
+  uint64_t head_bytes_ = 0;  // of the request head, consumed so far (PutHead)
   CanonicalTarget target_;
   WriteIntent intent_;
   KeyLease lease_;

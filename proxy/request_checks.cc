@@ -1,8 +1,8 @@
 #include "proxy/request_checks.h"
 
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/http/rfc7230.hpp>
 #include <boost/url/parse.hpp>
+#include <vector>
 
 namespace fencegate::proxy {
 
@@ -25,6 +25,126 @@ bool AllDigits(std::string_view v) {
     if (c < '0' || c > '9') return false;
   }
   return true;
+}
+
+// RFC 9110 5.6.2.
+bool IsTchar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// One transfer coding of a Transfer-Encoding list.
+struct Coding {
+  std::string_view name;
+  bool parameters = false;
+};
+
+// What a request's Transfer-Encoding fields say, together (RFC 9112 6.1):
+// transfer-coding = token *( OWS ";" OWS transfer-parameter ), in a
+// comma-separated list whose empty elements are ignored.
+enum class Codings {
+  kChunked,      // exactly chunked: the body is de-chunked and re-framed
+  kUnsupported,  // a well-formed list ending in chunked, but not chunked alone: 501
+  kMalformed,    // the body's length cannot be determined from it: 400
+};
+
+class CodingScanner {
+ public:
+  explicit CodingScanner(std::string_view v) : v_(v) {}
+
+  // Appends the codings of the value; false when it is not a well-formed list.
+  bool Scan(std::vector<Coding>* out) {
+    for (;;) {
+      while (At(' ') || At('\t') || At(',')) ++pos_;  // OWS and empty elements
+      if (pos_ == v_.size()) return true;
+      Coding coding;
+      coding.name = Token();
+      if (coding.name.empty()) return false;
+      SkipOws();
+      while (At(';')) {
+        ++pos_;
+        SkipOws();
+        if (Token().empty()) return false;
+        SkipOws();
+        if (!At('=')) return false;
+        ++pos_;
+        SkipOws();
+        if (At('"') ? !QuotedString() : Token().empty()) return false;
+        SkipOws();
+        coding.parameters = true;
+      }
+      out->push_back(coding);
+      if (pos_ < v_.size() && !At(',')) return false;  // two tokens without a comma
+    }
+  }
+
+ private:
+  bool At(char c) const { return pos_ < v_.size() && v_[pos_] == c; }
+  void SkipOws() {
+    while (At(' ') || At('\t')) ++pos_;
+  }
+  std::string_view Token() {
+    size_t start = pos_;
+    while (pos_ < v_.size() && IsTchar(v_[pos_])) ++pos_;
+    return v_.substr(start, pos_ - start);
+  }
+  // RFC 9110 5.6.4, from the opening quote.
+  bool QuotedString() {
+    ++pos_;
+    while (pos_ < v_.size()) {
+      const auto c = static_cast<unsigned char>(v_[pos_++]);
+      if (c == '"') return true;
+      if (c == '\\') {
+        if (pos_ == v_.size()) return false;
+        const auto q = static_cast<unsigned char>(v_[pos_++]);
+        if (q != '\t' && (q < 0x20 || q == 0x7f)) return false;
+      } else if (c != '\t' && (c < 0x20 || c == 0x7f)) {
+        return false;
+      }
+    }
+    return false;
+  }
+
+  std::string_view v_;
+  size_t pos_ = 0;
+};
+
+// Classifies the request's Transfer-Encoding fields (there is at least one);
+// *why says what is wrong for kUnsupported and kMalformed.
+Codings ClassifyCodings(const http::request_header<>& req, std::string* why) {
+  std::vector<Coding> codings;
+  auto range = req.equal_range(http::field::transfer_encoding);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (!CodingScanner(it->value()).Scan(&codings)) {
+      *why = "malformed Transfer-Encoding";
+      return Codings::kMalformed;
+    }
+  }
+  // RFC 9112 6.3: unless chunked is the final coding, the length of a
+  // request's body cannot be determined.
+  if (codings.empty() || !iequals(codings.back().name, "chunked")) {
+    *why = "the last Transfer-Encoding must be chunked";
+    return Codings::kMalformed;
+  }
+  // RFC 9112 6.1: a sender must not apply chunked more than once.
+  for (size_t i = 0; i + 1 < codings.size(); ++i) {
+    if (iequals(codings[i].name, "chunked")) {
+      *why = "chunked may be applied only once";
+      return Codings::kMalformed;
+    }
+  }
+  if (codings.size() == 1 && !codings[0].parameters) return Codings::kChunked;
+  // Any other coding would reach the backend without its Transfer-Encoding
+  // (fencegate re-frames the body and sends only chunked), so the backend
+  // would take coded bytes for the body.
+  std::string list;
+  for (const Coding& c : codings) {
+    if (!list.empty()) list += ", ";
+    list += c.name;
+    if (c.parameters) list += ";...";
+  }
+  *why = "fencegate forwards only Transfer-Encoding: chunked (this request's is " + list + ")";
+  return Codings::kUnsupported;
 }
 
 }  // namespace
@@ -63,17 +183,8 @@ std::string CheckRequestHead(const http::request_header<>& req) {
   if (te > 0) {
     if (req.version() < 11) return "Transfer-Encoding is not allowed in HTTP/1.0";
     if (cl > 0) return "Transfer-Encoding and Content-Length together are ambiguous";
-    std::vector<std::string> codings;
-    auto range = req.equal_range(http::field::transfer_encoding);
-    for (auto it = range.first; it != range.second; ++it) {
-      for (auto token : http::token_list{it->value()}) codings.emplace_back(token);
-    }
-    if (codings.empty() || !iequals(codings.back(), "chunked")) {
-      return "the last Transfer-Encoding must be chunked";
-    }
-    for (size_t i = 0; i + 1 < codings.size(); ++i) {
-      if (iequals(codings[i], "chunked")) return "chunked may be applied only once";
-    }
+    std::string why;
+    if (ClassifyCodings(req, &why) == Codings::kMalformed) return why;
   }
   // RFC 9112 3.2: more than one Host is an error in any request (it would
   // reach the backend as HTTP/1.1); only HTTP/1.1 must send one.
@@ -107,6 +218,14 @@ HeadProblem CheckHead(const http::request_header<>& req, CanonicalTarget* target
   if (std::string problem = CheckRequestHead(req); !problem.empty()) {
     // Framing is ambiguous: the rest of the stream cannot be trusted either.
     return HeadProblem{"bad_request", std::move(problem), true};
+  }
+  if (req.count(http::field::transfer_encoding) > 0) {
+    // Well-formed (CheckRequestHead), but maybe a coding fencegate does not
+    // forward: its body is not read, so the connection cannot go on.
+    std::string why;
+    if (ClassifyCodings(req, &why) == Codings::kUnsupported) {
+      return HeadProblem{"not_implemented", std::move(why), true, http::status::not_implemented};
+    }
   }
   std::string_view path = req.target();
   std::string origin;

@@ -5,6 +5,8 @@
 #include <cerrno>
 
 #include <boost/asio/connect.hpp>
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
 
 #include "tls/tls_context.h"
 
@@ -48,13 +50,23 @@ constexpr std::chrono::milliseconds kProbeAfter{1000};
 
 }  // namespace
 
-bool UpstreamPool::LooksAlive(Stream& stream) {
+UpstreamPool::Unread UpstreamPool::Peek(Stream& stream) {
   // An idle keep-alive connection must have nothing to read: EOF means the
   // backend closed it, bytes mean it sent something unasked. Either way it
   // cannot carry the next exchange.
+  if (auto* tls = stream.tls_stream()) {
+    // Records read off the socket but not yet taken by a read (decrypted or
+    // not), or bytes handed to OpenSSL's input BIO that it has not read yet.
+    SSL* ssl = tls->native_handle();
+    if (SSL_has_pending(ssl) == 1 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0) {
+      return Unread::kBytes;
+    }
+  }
   char byte;
   ssize_t n = ::recv(stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  if (n > 0) return Unread::kBytes;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Unread::kNothing;
+  return Unread::kClosed;
 }
 
 UpstreamPool::Connection UpstreamPool::TakeIdle(bool probe) {
@@ -173,17 +185,24 @@ void UpstreamPool::Handshake(const std::shared_ptr<Connection>& stream, Handler 
                       });
 }
 
-void UpstreamPool::Release(Connection connection) {
-  if (!connection) return;
-  if (cleared_ || config_.max_idle_connections == 0) {
+UpstreamPool::Unread UpstreamPool::Release(Connection connection) {
+  if (!connection) return Unread::kNothing;
+  // One recv per connection pooled: the bytes a backend sends beyond a
+  // response come with it or right after it, and the probe before reuse is
+  // skipped for a retryable request on a connection released moments ago
+  // (kProbeAfter), so this is where they are caught.
+  const bool keep = !cleared_ && config_.max_idle_connections > 0;
+  const Unread unread = keep ? Peek(*connection) : Unread::kNothing;
+  if (!keep || unread != Unread::kNothing) {
     beast::error_code ignored;
     connection->socket().shutdown(tcp::socket::shutdown_both, ignored);
     connection->socket().close(ignored);
-    return;
+    return unread;
   }
   connection->expires_never();
   idle_.push_back(Idle{std::move(connection), Clock::now()});
   if (idle_.size() > config_.max_idle_connections && !trim_pending_) ScheduleTrim();
+  return Unread::kNothing;
 }
 
 void UpstreamPool::ScheduleTrim() {

@@ -1,11 +1,13 @@
 #pragma once
 // UpstreamPool: keep-alive connections to the one upstream, owned by one
 // worker thread (one io_context, one pool: no locks). Idle connections are
-// reused newest first. Before reuse a connection is checked for a close or
-// stray bytes from the backend, and such a connection is dropped rather
-// than handed out, so a fenced write is not sent on a connection that is
-// dead; a retryable request skips that check on a recently used connection
-// (see kProbeAfter in the source).
+// reused newest first. When it comes back after an exchange, and again
+// before reuse, a connection is checked for a close or stray bytes from the
+// backend, and such a connection is dropped rather than handed out, so a
+// fenced write is not sent on a connection that is dead and no request
+// reads bytes sent before it as its answer; a retryable request skips the
+// check before reuse on a recently used connection (see kProbeAfter in the
+// source).
 //
 // max_idle_connections is what stays idle once a burst has passed: a
 // connection released while that many are already idle is kept too, and
@@ -64,10 +66,21 @@ class UpstreamPool final : public Courier {
   // from now on, in non-blocking mode like any of the pool's.
   Connection Adopt(HandedConnection handed, boost::beast::error_code& ec);
 
+  // What is waiting to be read on a connection, looked at without taking
+  // it: nothing (it may carry an exchange), bytes, or a close (EOF or a
+  // socket error). For TLS, bytes already in the TLS layer's buffers count.
+  enum class Unread { kNothing, kBytes, kClosed };
+  static Unread Peek(Stream& stream);
+
   // Returns a connection that finished a complete exchange and may be
-  // reused. Idle connections beyond max_idle_connections are closed once
-  // they have been idle for kBurstGrace (at once when the limit is 0).
-  void Release(Connection connection);
+  // reused. It is pooled only when nothing is waiting to be read on it:
+  // bytes there (the backend sent more than the response it framed) would
+  // be read as the next request's response, so such a connection is
+  // closed, as is one the backend closed. Returns what was found (kNothing
+  // also when the pool closes it for its limit or Clear). Idle connections
+  // beyond max_idle_connections are closed once they have been idle for
+  // kBurstGrace (at once when the limit is 0).
+  Unread Release(Connection connection);
 
   // A reused connection just failed: the backend may have restarted and
   // closed every other one too. Checks every idle connection now and drops
@@ -93,7 +106,7 @@ class UpstreamPool final : public Courier {
   Connection TakeIdle(bool probe);
   void Connect(Handler handler);
   void Handshake(const std::shared_ptr<Connection>& stream, Handler handler);
-  static bool LooksAlive(Stream& stream);
+  static bool LooksAlive(Stream& stream) { return Peek(stream) == Unread::kNothing; }
   // Closes the idle connections beyond the limit that have been idle for
   // kBurstGrace, and waits for the next one to reach it while any remain.
   void TrimExcess();

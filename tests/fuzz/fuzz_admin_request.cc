@@ -10,7 +10,10 @@
 //    decodes to itself with the same fence flag;
 //  - BearerMatches agrees with a plain comparison against the configured
 //    admin token, and ConstantTimeEquals with operator==;
-//  - a fence token round-trips through the reply's JSON;
+//  - a fence token round-trips through the reply's JSON; an accepted fence
+//    body is an object whose only member is "token", a number (read as
+//    nlohmann reads it when it is a plain integer); a refused one says why;
+//  - CheckAdminKey refuses exactly the keys longer than kMaxKeyBytes;
 //  - every reply serializes and is a JSON object.
 
 #include <boost/asio/buffer.hpp>
@@ -22,6 +25,7 @@
 
 #include "proxy/admin_request.h"
 #include "proxy/replies.h"
+#include "proxy/router.h"
 #include "tests/fuzz/fuzz_http.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -79,11 +83,26 @@ void CheckRequest(const http::request<http::string_body>& req) {
   FUZZ_CHECK(proxy::ConstantTimeEquals(half, body.substr(half.size())) ==
              (half == body.substr(half.size())));
 
-  if (std::optional<uint64_t> token = proxy::ParseFenceBody(body)) {
-    proxy::Reply reply = proxy::MakeJson(http::status::ok, {{"key", key}, {"token", *token}});
+  proxy::FenceBody fence_body = proxy::ParseFenceBody(body);
+  if (fence_body.token) {
+    proxy::Reply reply =
+        proxy::MakeJson(http::status::ok, {{"key", key}, {"token", *fence_body.token}});
     auto parsed = nlohmann::json::parse(reply.body());
-    FUZZ_CHECK(parsed.at("token").get<uint64_t>() == *token);
+    FUZZ_CHECK(parsed.at("token").get<uint64_t>() == *fence_body.token);
+    // An accepted body is an object with "token" and nothing else, and a
+    // token written as a plain integer is read as nlohmann reads it.
+    auto doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    FUZZ_CHECK(doc.is_object() && doc.size() == 1 && doc.contains("token"));
+    FUZZ_CHECK(doc["token"].is_number());
+    if (doc["token"].is_number_unsigned()) {
+      FUZZ_CHECK(doc["token"].get<uint64_t>() == *fence_body.token);
+    }
+  } else {
+    FUZZ_CHECK(fence_body.code == "bad_token" || fence_body.code == "bad_request");
+    FUZZ_CHECK(!fence_body.message.empty());
+    CheckReply(proxy::MakeError(http::status::bad_request, fence_body.code, fence_body.message));
   }
+  FUZZ_CHECK(proxy::CheckAdminKey(key).empty() == (key.size() <= proxy::kMaxKeyBytes));
 }
 
 }  // namespace

@@ -254,9 +254,12 @@ void RunConnection(const Setup& s, std::string_view input) {
     proxy::CanonicalTarget target;
     if (proxy::HeadProblem problem = proxy::CheckHead(req, &target); !problem.ok()) {
       if (problem.close) keep_alive = false;
-      reply = proxy::MakeError(http::status::bad_request, problem.code, problem.message);
+      reply = proxy::MakeError(problem.status, problem.code, problem.message);
     } else {
       FUZZ_CHECK(!target.path.empty() && target.path.front() == '/');
+      // A Transfer-Encoding that passed is chunked alone, which the parser
+      // de-chunks: no other coding is ever forwarded re-framed.
+      FUZZ_CHECK(req.count(http::field::transfer_encoding) == 0 || parser.chunked());
       proxy::WriteIntent intent = proxy::Classify(s.settings, *s.router, req.method_string(),
                                                   target.path, req.base());
       if (intent.kind == proxy::WriteIntent::Kind::kReject) {

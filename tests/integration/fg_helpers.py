@@ -520,6 +520,81 @@ def assert_json_error(resp, status, code, **fields):
 
 
 # --------------------------------------------------------------------------
+# A raw backend that sends exactly the bytes a test scripts
+# --------------------------------------------------------------------------
+
+class ScriptedBackend:
+    """A raw backend on 127.0.0.1:0 that answers each request (read up to
+    the end of its head; these tests send no request bodies to it) with the
+    bytes `script` maps its target to, closing afterwards when the answer
+    says so, and keeps every byte each connection received. `tls`: a
+    server-side ssl.SSLContext to speak TLS."""
+
+    def __init__(self, script, tls=None):
+        self.script = script
+        self.tls = tls
+        self.received = []  # one bytearray per accepted connection
+        self.heads = []     # every request head read, in order
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            buf = bytearray()
+            self.received.append(buf)
+            threading.Thread(target=self._serve, args=(conn, buf), daemon=True).start()
+
+    def _serve(self, conn, received):
+        pending = b""
+
+        def read_past(marker):
+            """The bytes before `marker` (None when the peer closed first)."""
+            nonlocal pending
+            while marker not in pending:
+                data = conn.recv(65536)
+                if not data:
+                    return None
+                received.extend(data)
+                pending += data
+            before, pending = pending.split(marker, 1)
+            return before
+
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+        except OSError:
+            conn.close()
+            return
+        with conn:
+            try:
+                while True:
+                    head = read_past(b"\r\n\r\n")
+                    if head is None:
+                        return
+                    self.heads.append(head)
+                    if b"transfer-encoding: chunked" in head.lower():  # an empty chunked body
+                        if read_past(b"0\r\n\r\n") is None:
+                            return
+                    parts = head.split(b" ")
+                    if len(parts) < 3 or parts[1].decode() not in self.script:
+                        return  # not a request we know: drop the connection
+                    answer, close = self.script[parts[1].decode()]
+                    conn.sendall(answer)
+                    if close:
+                        return
+            except OSError:  # the peer reset the connection, or closed TLS without close_notify
+                return
+
+    def close(self):
+        self.sock.close()
+
+
+# --------------------------------------------------------------------------
 # ZooKeeper: a standalone server as a child process, and the README's lock
 # recipe with kazoo (test_token_recipes.py). kazoo is imported by the caller:
 # this module must load without it.

@@ -9,7 +9,10 @@ import socket
 import threading
 import time
 
-from fg_helpers import RawConnection, assert_json_error, build_request, raw_exchange, request
+import pytest
+
+from fg_helpers import (RawConnection, ScriptedBackend, assert_json_error, build_request,
+                        raw_exchange, request)
 
 
 def closed_within(sock, seconds):
@@ -359,66 +362,6 @@ def test_graceful_drain_finishes_in_flight_requests(gate, backend):
     assert [e["body"] for e in backend.log()] == ["in flight"]
 
 
-class ScriptedBackend:
-    """A raw backend on 127.0.0.1:0 that answers each request (read up to
-    the end of its head; these tests send no request bodies to it) with the
-    bytes `script` maps its target to, closing afterwards when the answer
-    says so, and keeps every byte each connection received."""
-
-    def __init__(self, script):
-        self.script = script
-        self.received = []  # one bytearray per accepted connection
-        self.heads = []     # every request head read, in order
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            buf = bytearray()
-            self.received.append(buf)
-            threading.Thread(target=self._serve, args=(conn, buf), daemon=True).start()
-
-    def _serve(self, conn, received):
-        pending = b""
-
-        def read_past(marker):
-            """The bytes before `marker` (None when the peer closed first)."""
-            nonlocal pending
-            while marker not in pending:
-                data = conn.recv(65536)
-                if not data:
-                    return None
-                received.extend(data)
-                pending += data
-            before, pending = pending.split(marker, 1)
-            return before
-
-        with conn:
-            while True:
-                head = read_past(b"\r\n\r\n")
-                if head is None:
-                    return
-                self.heads.append(head)
-                if b"transfer-encoding: chunked" in head.lower():  # an empty chunked body
-                    if read_past(b"0\r\n\r\n") is None:
-                        return
-                parts = head.split(b" ")
-                if len(parts) < 3 or parts[1].decode() not in self.script:
-                    return  # not a request we know: drop the connection
-                answer, close = self.script[parts[1].decode()]
-                conn.sendall(answer)
-                if close:
-                    return
-
-    def close(self):
-        self.sock.close()
-
-
 def test_an_empty_last_body_read_ends_the_message_once(make_gate):
     """When a body read completes the message with no new bytes (an empty
     chunked or EOF-delimited response body), the client gets exactly one
@@ -463,5 +406,62 @@ def test_an_empty_chunked_request_body_reaches_the_backend_with_one_last_chunk(m
             backend.heads
         sent = b"".join(bytes(b) for b in backend.received)
         assert sent.count(b"0\r\n\r\n") == 2, sent
+    finally:
+        backend.close()
+
+
+SMUGGLED = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
+
+
+def head_of(size):
+    """A 204 response head of exactly `size` bytes (padded with a header).
+    fencegate's first read of an upstream connection takes 512 bytes, and
+    its next ones double, so the answer ends exactly where a read ends: what
+    follows it is still on the socket, not in fencegate's buffer."""
+    bare = b"HTTP/1.1 204 No Content\r\nX-Pad: \r\n\r\n"
+    return bare[:-4] + b"p" * (size - len(bare)) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize("method,answer", [
+    pytest.param("GET", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello" + SMUGGLED,
+                 id="beyond-content-length"),
+    pytest.param("GET", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"5\r\nhello\r\n0\r\n\r\n" + SMUGGLED, id="after-the-last-chunk"),
+    pytest.param("GET", b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello" + SMUGGLED,
+                 id="body-after-204"),
+    pytest.param("GET", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\nhello" + SMUGGLED,
+                 id="body-after-304"),
+    pytest.param("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello" + SMUGGLED,
+                 id="body-after-head"),
+    pytest.param("GET", head_of(512) + SMUGGLED, id="still-on-the-socket-512"),
+    pytest.param("GET", head_of(1024) + SMUGGLED, id="still-on-the-socket-1024"),
+    pytest.param("GET", head_of(2048) + SMUGGLED, id="still-on-the-socket-2048"),
+])
+def test_bytes_beyond_a_response_never_answer_the_next_request(make_gate, method, answer):
+    """A backend that sends more than its response frames (one write: the
+    answer, then a second response nobody asked for) leaves that connection
+    out of step. fencegate must close it: the client's next request, a GET
+    that would reuse a pooled connection without probing it, gets the
+    backend's real answer on a new connection, never the smuggled one."""
+    backend = ScriptedBackend({
+        "/first": (answer, False),
+        "/second": (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal", False),
+    })
+    try:
+        # One I/O thread: one pool, which the second request would reuse.
+        gate = make_gate(threads=1, upstream={"url": f"http://127.0.0.1:{backend.port}"})
+        with RawConnection(gate.proxy) as c:
+            c.send(method, "/first", close=False)
+            first = c.read_response(method)
+            assert first.status == int(answer.split(b" ")[1]), first
+            assert first.body == (b"hello" if method == "GET" and first.status == 200 else b""), \
+                first
+            c.send("GET", "/second", close=False)
+            second = c.read_response()
+            assert second.status == 200 and second.body == b"real", \
+                f"the second request got bytes the backend sent after the first answer: {second}"
+        assert [h.split(b" ")[1] for h in backend.heads] == [b"/first", b"/second"], backend.heads
+        assert len(backend.received) == 2, "the second request went on the first connection"
+        assert "beyond its response" in gate.stderr_tail(), gate.stderr_tail()
     finally:
         backend.close()

@@ -5,7 +5,8 @@ is re-framed by fencegate, never copied from the client."""
 
 import pytest
 
-from fg_helpers import RawConnection, assert_json_error, build_request, raw_exchange
+from fg_helpers import (ConnectionClosed, RawConnection, assert_json_error, build_request,
+                        raw_exchange)
 
 
 def req(lines, body=b""):
@@ -18,6 +19,12 @@ SMUGGLING = [
                  id="te-last-not-chunked"),
     pytest.param(req([b"PUT /plain/a HTTP/1.1", b"Host: x", b"Transfer-Encoding: chunked, gzip"],
                      b"3\r\nabc\r\n0\r\n\r\n"), id="te-chunked-then-gzip"),
+    pytest.param(req([b"PUT /plain/a HTTP/1.1", b"Host: x", b"Transfer-Encoding: chunked, chunked"],
+                     b"3\r\nabc\r\n0\r\n\r\n"), id="te-chunked-twice"),
+    pytest.param(req([b"PUT /plain/a HTTP/1.1", b"Host: x", b"Transfer-Encoding: chunked x"],
+                     b"3\r\nabc\r\n0\r\n\r\n"), id="te-two-codings-without-a-comma"),
+    pytest.param(req([b"PUT /plain/a HTTP/1.1", b"Host: x", b"Transfer-Encoding: chunked;"],
+                     b"3\r\nabc\r\n0\r\n\r\n"), id="te-parameter-without-a-name"),
     pytest.param(req([b"PUT /plain/a HTTP/1.1", b"Host: x", b"Transfer-Encoding: chunked",
                       b"Content-Length: 3"], b"3\r\nabc\r\n0\r\n\r\n"), id="te-and-cl"),
     pytest.param(req([b"PUT /plain/a HTTP/1.1", b"Host: x", b"Content-Length: 3",
@@ -100,6 +107,34 @@ def test_folded_header_is_forwarded_as_one_line(gate, backend):
     [entry] = backend.log()
     values = [v for k, v in entry["headers"] if k.lower() == "x-a"]
     assert len(values) == 1 and "\r" not in values[0] and "\n" not in values[0], values
+
+
+@pytest.mark.parametrize("te", [
+    pytest.param([b"gzip, chunked"], id="gzip-chunked"),
+    pytest.param([b"deflate, chunked"], id="deflate-chunked"),
+    pytest.param([b"gzip", b"chunked"], id="gzip-then-chunked-in-two-fields"),
+    pytest.param([b"chunked;ext=1"], id="chunked-with-a-parameter"),
+])
+def test_a_transfer_coding_other_than_chunked_is_501_and_the_connection_closes(gate, backend, te):
+    """fencegate forwards a body de-chunked under its own "Transfer-Encoding:
+    chunked": a gzip coding under it would reach the backend as the body
+    itself. So only chunked alone is forwarded; any other well-formed list
+    of codings is 501, nothing is stored or forwarded, and the connection
+    closes, its body unread (a request behind it is never answered)."""
+    body = b"3\r\nabc\r\n0\r\n\r\n"
+    behind = b"PUT /objects/te HTTP/1.1\r\nHost: x\r\nFencing-Token: 2\r\nContent-Length: 0\r\n\r\n"
+    data = req([b"PUT /objects/te HTTP/1.1", b"Host: x", b"Fencing-Token: 1"] +
+               [b"Transfer-Encoding: " + v for v in te], body) + behind
+    with RawConnection(gate.proxy) as c:
+        c.send_raw(data)
+        r = c.read_response("PUT")
+        doc = assert_json_error(r, 501, "not_implemented")
+        assert "fencegate forwards only Transfer-Encoding: chunked" in doc["message"], doc
+        assert r.header("Connection") == "close", r
+        with pytest.raises(ConnectionClosed):
+            c.read_response("PUT")
+    assert backend.log() == []
+    assert gate.admin_get("/v1/keys/%2Fobjects%2Fte").status == 404
 
 
 def test_chunked_request_is_reframed_chunked(gate, backend):

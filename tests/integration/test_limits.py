@@ -2,7 +2,10 @@
 the per-key queue bound, are refused by fencegate with JSON and reach
 nothing."""
 
-from fg_helpers import RawConnection, admin_key_path, assert_json_error
+import pytest
+
+from fg_helpers import (ADMIN_TOKEN, RawConnection, admin_key_path, assert_json_error, raw_exchange,
+                        tokens_seen)
 
 
 def test_body_too_large_is_413(make_gate, backend):
@@ -20,6 +23,92 @@ def test_headers_too_large_is_431(make_gate, backend):
     r = gate.put("/objects/h", 1, headers=[("X-Big", "y" * 4000)])
     assert_json_error(r, 431, "headers_too_large")
     assert backend.log() == []
+
+
+def head_of(size, token=1):
+    """A fenced PUT whose head (request line to the blank line included) is
+    exactly `size` bytes, padded with one header, and an empty body."""
+    def build(pad):
+        return (b"PUT /objects/h HTTP/1.1\r\nHost: x\r\nFencing-Token: %d\r\n"
+                b"Content-Length: 0\r\nConnection: close\r\nX-Pad: %s\r\n\r\n"
+                % (token, b"p" * pad))
+    data = build(size - len(build(0)))
+    assert len(data) == size
+    return data
+
+
+def many_small_fields(first, field_size):
+    """A head of `first` (the request line and fields, each line ending in
+    CRLF but the last one's value, which is padded) and 6,000 fields of
+    `field_size` bytes, laid out so that each 512-byte read of fencegate's
+    ends one byte into a field (when the client's bytes are all there to
+    read): Beast's parser then takes every field before it whole, and never
+    holds more than one read's worth of the head unparsed."""
+    value = b"v" * (field_size - len(b"X-00000: ") - 2)
+    fields = b"".join(b"X-%05d: %s\r\n" % (i, value) for i in range(6000))
+    first += b"p" * ((field_size - 1 - len(first) - 2) % field_size) + b"\r\n"
+    assert len(first) % field_size == field_size - 1 and len(fields) == 6000 * field_size
+    return first + fields + b"\r\n"
+
+
+@pytest.mark.parametrize("field_size", [16, 32])
+def test_a_head_of_many_small_fields_is_431(make_gate, backend, field_size):
+    """max_header_bytes bounds the whole head, not what the parser holds
+    unparsed at one time: 6,000 small fields (96 or 192 KB) against the
+    default 16 KiB."""
+    gate = make_gate()
+    r = raw_exchange(gate.proxy, many_small_fields(
+        b"PUT /objects/many HTTP/1.1\r\nHost: x\r\nFencing-Token: 1\r\n"
+        b"Content-Length: 4\r\nConnection: close\r\nX-Pad: ", field_size) + b"data")
+    assert_json_error(r, 431, "headers_too_large")
+    assert backend.log() == []
+    assert gate.admin_get(admin_key_path("/objects/many")).status == 404
+
+
+def test_an_admin_head_of_many_small_fields_is_431(gate):
+    body = b'{"token": 5}'
+    r = raw_exchange(gate.admin, many_small_fields(
+        b"POST " + admin_key_path("/objects/many").encode() + b"/fence HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + ADMIN_TOKEN.encode() + b"\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\nX-Pad: " % len(body), 32) + body)
+    assert_json_error(r, 431, "headers_too_large")
+    assert gate.admin_get(admin_key_path("/objects/many")).status == 404
+
+
+def test_a_head_one_byte_over_the_limit_is_431_however_it_is_cut(make_gate, backend):
+    """The limit counts the request line, every field and the blank line:
+    a head of exactly the limit passes, one byte more is refused, whether
+    its bytes are in one field or spread over many, and whether they come
+    in one write or one field at a time."""
+    gate = make_gate(limits={"max_header_bytes": 2000})
+    r = raw_exchange(gate.proxy, head_of(2000, token=1))
+    assert r.status in (200, 201), f"a head of exactly the limit must pass: {r}"
+    assert_json_error(raw_exchange(gate.proxy, head_of(2001, token=2)), 431, "headers_too_large")
+
+    # 50 fields of about 30 bytes (the recording backend takes at most 100
+    # fields): just under the limit passes, just over does not, also when
+    # every field is its own write.
+    def many(size, token):
+        lines = [b"PUT /objects/h HTTP/1.1", b"Host: x", b"Fencing-Token: %d" % token,
+                 b"Content-Length: 0", b"Connection: close"]
+        lines += [b"X-F%03d: %s" % (i, b"v" * 20) for i in range(50)]
+        head = b"\r\n".join(lines) + b"\r\n\r\n"
+        pad = size - len(head)
+        lines[-1] += b"v" * pad
+        head = b"\r\n".join(lines) + b"\r\n\r\n"
+        assert len(head) == size
+        return lines, head
+
+    _, head = many(1999, 3)
+    r = raw_exchange(gate.proxy, head)
+    assert r.status in (200, 201), f"a head just under the limit must pass: {r}"
+    lines, _ = many(2001, 4)
+    with RawConnection(gate.proxy) as c:
+        for line in lines:
+            c.send_raw(line + b"\r\n")
+        c.send_raw(b"\r\n")
+        assert_json_error(c.read_response("PUT"), 431, "headers_too_large")
+    assert tokens_seen(backend.log()) == ["1", "3"]
 
 
 def test_writes_waiting_for_one_key_are_bounded(make_gate, backend):

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from fg_helpers import (IO_TIMEOUT, Backend, ConnectionClosed, RawConnection,
+from fg_helpers import (IO_TIMEOUT, Backend, ConnectionClosed, RawConnection, ScriptedBackend,
                         assert_json_error, default_config, request, stop_process,
                         write_config)
 
@@ -279,6 +279,37 @@ def test_https_upstream_reuses_its_tls_connections(make_gate, tls_backend, pki):
         assert gate.put("/objects/r", token).status in (200, 201)
     ports = {e["peer_port"] for e in b.log()}
     assert len(ports) == 1, f"want one pooled TLS connection, backend saw {ports}"
+
+
+def test_bytes_beyond_an_https_response_never_answer_the_next_request(make_gate, pki):
+    """Over TLS the bytes a backend sends beyond its response may sit in
+    OpenSSL's buffers rather than on the socket: a 512-byte answer (what
+    fencegate's first read takes) and a second, smuggled response in the
+    same TLS record. That connection must not be pooled: the next GET gets
+    the backend's real answer on a new connection."""
+    bare = b"HTTP/1.1 204 No Content\r\nX-Pad: \r\n\r\n"
+    answer = bare[:-4] + b"p" * (512 - len(bare)) + b"\r\n\r\n"
+    smuggled = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(pki.path("server.pem"), pki.path("server.key"))
+    b = ScriptedBackend({
+        "/first": (answer + smuggled, False),
+        "/second": (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal", False),
+    }, tls=server)
+    try:
+        gate = make_gate(threads=1, upstream=https_upstream(b, ca_file=pki.path("ca.pem")))
+        with RawConnection(gate.proxy) as c:
+            c.send("GET", "/first", close=False)
+            r = c.read_response()
+            assert r.status == 204, r
+            c.send("GET", "/second", close=False)
+            r = c.read_response()
+            assert r.status == 200 and r.body == b"real", \
+                f"the second request got bytes the backend sent after the first answer: {r}"
+        assert len(b.received) == 2, "the second request went on the first connection"
+        assert "beyond its response" in gate.stderr_tail()
+    finally:
+        b.close()
 
 
 def test_https_upstream_server_name_is_sent_and_verified(make_gate, tls_backend, pki):

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "config/config.h"
-#include "proxy/admin_request.h"
 #include "proxy/canonical_path.h"
 
 namespace fencegate::proxy {
@@ -84,21 +83,6 @@ TEST(Headers, ForwardingFieldsNameTheListenersScheme) {
   http::fields trusted;
   SetForwardingFields(in, trusted, "10.0.0.9", 1, "https");
   EXPECT_EQ(trusted["X-Forwarded-Proto"], "http");
-}
-
-TEST(AdminTargets, KeyIsOnePercentEncodedSegment) {
-  std::string key;
-  bool fence = true;
-  ASSERT_TRUE(ParseAdminKeyTarget("/v1/keys/%2Fobjects%2Fa", &key, &fence));
-  EXPECT_EQ(key, "/objects/a");
-  EXPECT_FALSE(fence);
-  ASSERT_TRUE(ParseAdminKeyTarget("/v1/keys/%2Fobjects%2Fa/fence", &key, &fence));
-  EXPECT_EQ(key, "/objects/a");
-  EXPECT_TRUE(fence);
-  EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/objects/a", &key, &fence));
-  EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/", &key, &fence));
-  EXPECT_FALSE(ParseAdminKeyTarget("/v1/keys/%zz", &key, &fence));
-  EXPECT_FALSE(ParseAdminKeyTarget("/v1/other/x", &key, &fence));
 }
 
 template <class Header>
@@ -448,38 +432,6 @@ TEST(DirectHead, DownstreamResponseOfNginx) {
             "Connection: keep-alive\r\n"
             "X-Request-Id: rid\r\n"
             "\r\n");
-}
-
-TEST(AdminAuth, ConstantTimeEquals) {
-  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
-  EXPECT_FALSE(ConstantTimeEquals("", "x"));
-  EXPECT_TRUE(ConstantTimeEquals("", ""));
-}
-
-TEST(AdminAuth, BearerMatches) {
-  EXPECT_TRUE(BearerMatches("Bearer s3cret", "s3cret"));
-  EXPECT_TRUE(BearerMatches("bEARER s3cret", "s3cret"));  // the scheme is case-insensitive
-  EXPECT_FALSE(BearerMatches("Bearer S3cret", "s3cret"));  // the credential is not
-  EXPECT_FALSE(BearerMatches("Bearer s3cret ", "s3cret"));
-  EXPECT_FALSE(BearerMatches("Basic s3cret", "s3cret"));
-  EXPECT_FALSE(BearerMatches("Bearer ", ""));  // an empty admin token never matches
-  EXPECT_FALSE(BearerMatches("", ""));
-}
-
-TEST(AdminFenceBody, TokenAsNumberOrDecimalString) {
-  EXPECT_EQ(ParseFenceBody(R"({"token": 42})"), 42u);
-  EXPECT_EQ(ParseFenceBody(R"({"token": "18446744073709551615"})"), UINT64_MAX);
-  EXPECT_EQ(ParseFenceBody(R"({"token": 0, "other": [1]})"), 0u);
-  EXPECT_EQ(ParseFenceBody(R"({"token": -1})"), std::nullopt);
-  EXPECT_EQ(ParseFenceBody(R"({"token": 1.5})"), std::nullopt);
-  EXPECT_EQ(ParseFenceBody(R"({"token": "18446744073709551616"})"), std::nullopt);
-  EXPECT_EQ(ParseFenceBody(R"({"token": "4 2"})"), std::nullopt);
-  EXPECT_EQ(ParseFenceBody(R"({"token": null})"), std::nullopt);
-  EXPECT_EQ(ParseFenceBody(R"([42])"), std::nullopt);
-  EXPECT_EQ(ParseFenceBody("{\"token\": 4"), std::nullopt);
-  EXPECT_EQ(ParseFenceBody(""), std::nullopt);
 }
 
 // A generated id replaces whatever the string held (a session reuses its

@@ -3,6 +3,7 @@
 // connection leaves one io_context with a request on it and is adopted by
 // another.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -205,6 +206,43 @@ TEST_F(UpstreamPoolTest, ClearStopsTheTrimAndClosesWhatIsReleasedAfter) {
   pool.Release(std::move(c));
   EXPECT_EQ(pool.idle(), 0u);
   EXPECT_TRUE(Closed(late));
+}
+
+// Waits (poll, with a deadline) until the pool's end of `c` has something
+// to read: what the backend wrote has arrived.
+bool Readable(UpstreamPool::Connection& c) {
+  pollfd p{c->socket().native_handle(), POLLIN, 0};
+  return ::poll(&p, 1, 10'000) == 1;
+}
+
+TEST_F(UpstreamPoolTest, AConnectionWithBytesWaitingIsClosedNotPooled) {
+  asio::io_context ioc;
+  UpstreamPool pool(ioc, config_);
+  tcp::socket clean(backend_);
+  tcp::socket stray(backend_);
+  tcp::socket closed(backend_);
+  UpstreamPool::Connection a = Connect(pool, ioc, clean);
+  UpstreamPool::Connection b = Connect(pool, ioc, stray);
+  UpstreamPool::Connection c = Connect(pool, ioc, closed);
+  ASSERT_TRUE(a && b && c);
+
+  EXPECT_EQ(pool.Release(std::move(a)), UpstreamPool::Unread::kNothing);
+  EXPECT_EQ(pool.idle(), 1u);
+  EXPECT_FALSE(Closed(clean));
+
+  // A response the backend sent beyond the one just read: handed to the
+  // next request, it would be taken for that request's answer.
+  asio::write(stray,
+              asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")));
+  ASSERT_TRUE(Readable(b));
+  EXPECT_EQ(pool.Release(std::move(b)), UpstreamPool::Unread::kBytes);
+  EXPECT_EQ(pool.idle(), 1u);
+  EXPECT_TRUE(Closed(stray));
+
+  closed.shutdown(tcp::socket::shutdown_send);
+  ASSERT_TRUE(Readable(c));
+  EXPECT_EQ(pool.Release(std::move(c)), UpstreamPool::Unread::kClosed);
+  EXPECT_EQ(pool.idle(), 1u);
 }
 
 }  // namespace
