@@ -97,9 +97,11 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(objects.name, "objects");
   EXPECT_EQ(objects.path_prefix, "/objects/");
   EXPECT_EQ(objects.path_regex, "");
-  EXPECT_EQ(objects.methods, (std::vector<std::string>{"PUT", "POST", "PATCH", "DELETE"}));
+  EXPECT_TRUE(objects.methods.empty());  // every method but GET, HEAD, OPTIONS, TRACE
   EXPECT_EQ(objects.key, "{path}");
   EXPECT_EQ(objects.mode, RouteMode::kEnforce);
+  EXPECT_FALSE(objects.keep_path_params);
+  EXPECT_FALSE(objects.case_insensitive);
   EXPECT_EQ(objects.idempotency, std::nullopt);
   EXPECT_EQ(objects.line, 36);
   const RouteConfig& tenants = c.routes[1];
@@ -110,7 +112,7 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(tenants.key, "tenant:{1}");
   EXPECT_EQ(tenants.mode, RouteMode::kShadow);
   EXPECT_EQ(tenants.idempotency, Duration(24 * 3600 * 1000));
-  EXPECT_EQ(tenants.line, 42);
+  EXPECT_EQ(tenants.line, 46);
 
   EXPECT_EQ(c.storage.engine, "rocksdb");
   EXPECT_EQ(c.storage.path, "/var/lib/fencegate");

@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(c.upstream.base_path.empty() || (c.upstream.base_path.front() == '/' &&
                                               c.upstream.base_path.back() != '/'));
   for (const config::RouteConfig& r : c.routes) {
-    FUZZ_CHECK(!r.name.empty() && !r.methods.empty() && !r.key.empty());
+    FUZZ_CHECK(!r.name.empty() && !r.key.empty());  // no methods: every method that may write
     FUZZ_CHECK(r.path_prefix.empty() != r.path_regex.empty());
   }
   fuzz::Route(c);
