@@ -140,6 +140,30 @@ void FaultInjectingStore::Advance(std::string key, uint64_t token,
                        impl_->Delayed(spec.delay, std::move(handler)));
 }
 
+void FaultInjectingStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) {
+  if (impl_->stopped.load()) {
+    handler(Status::Unavailable("token store is closed"), BatchFence{});
+    return;
+  }
+  FaultSpec spec = impl_->Faults();
+  if (spec.fail_writes) {
+    impl_->Schedule(spec.delay, [handler = std::move(handler)] {
+      handler(Status::IoError("injected write fault"), BatchFence{});
+    });
+    return;
+  }
+  if (spec.delay.count() <= 0) {
+    impl_->base->AdvanceAll(std::move(items), std::move(handler));
+    return;
+  }
+  Impl* impl = impl_.get();
+  impl_->base->AdvanceAll(
+      std::move(items),
+      [impl, delay = spec.delay, handler = std::move(handler)](const Status& s, BatchFence f) {
+        impl->Schedule(delay, [handler, s, f = std::move(f)] { handler(s, f); });
+      });
+}
+
 void FaultInjectingStore::Raise(std::string key, uint64_t token,
                                 FenceHandler handler) {
   if (impl_->stopped.load()) {

@@ -13,7 +13,7 @@
 namespace fencegate::storage {
 
 struct FaultSpec {
-  bool fail_writes = false;  // Advance/Raise report IoError, store nothing
+  bool fail_writes = false;  // Advance/AdvanceAll/Raise report IoError, store nothing
   bool fail_reads = false;   // Get reports IoError
   std::chrono::milliseconds delay{0};  // delay every completion by this much
 };
@@ -37,6 +37,9 @@ class FaultInjectingStore : public TokenStore {
   // to the base. With a delay, the handler runs `delay` after the answer is
   // known, on the timer thread; without one, on the base's thread.
   void Advance(std::string key, uint64_t token, FenceHandler handler) override;
+  // As Advance: with fail_writes the whole batch answers IoError and
+  // nothing of it is stored.
+  void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
   // As Advance.
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
   // With fail_reads: answers IoError("injected read fault") without calling

@@ -99,18 +99,31 @@ void RocksDbStore::Advance(std::string key, uint64_t token,
   Enqueue(/*raise=*/false, std::move(key), token, std::move(handler));
 }
 
+void RocksDbStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) {
+  Enqueue(/*raise=*/false, {}, 0, {},
+          std::make_unique<BatchRequest>(BatchRequest{std::move(items), std::move(handler)}));
+}
+
 void RocksDbStore::Raise(std::string key, uint64_t token,
                          FenceHandler handler) {
   Enqueue(/*raise=*/true, std::move(key), token, std::move(handler));
 }
 
-void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
-                           FenceHandler handler) {
+void RocksDbStore::Answer(WriteRequest& r, Outcome& o) {
+  if (r.batch) return r.batch->handler(o.status, std::move(o.batch));
+  r.handler(o.status, o.fence);
+}
+
+void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token, FenceHandler handler,
+                           std::unique_ptr<BatchRequest> batch) {
   Status rejected;
-  if (key.size() > kMaxKeyBytes) {
+  if (batch) {
+    rejected = CheckBatchItems(batch->items, kMaxKeyBytes);
+  } else if (key.size() > kMaxKeyBytes) {
     rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
                                        " bytes, the limit is 1024");
-  } else {
+  }
+  if (rejected.ok()) {
     std::unique_lock<std::mutex> lock(mu_);
     if (closing_) {
       rejected = Status::Unavailable("token store is closed");
@@ -119,7 +132,8 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
       // Async durability and nobody deciding: decide on this thread.
       lane_busy_ = true;
       lock.unlock();
-      DecideOnCaller(WriteRequest{raise, std::move(key), token, std::move(handler)});
+      DecideOnCaller(
+          WriteRequest{raise, std::move(key), token, std::move(handler), std::move(batch)});
       return;
     } else if (write_queue_.size() >= options_.max_queued) {
       rejected = Status::Unavailable("token store write queue is full (" +
@@ -127,7 +141,7 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
                                      " pending)");
     } else {
       write_queue_.push_back(
-          WriteRequest{raise, std::move(key), token, std::move(handler)});
+          WriteRequest{raise, std::move(key), token, std::move(handler), std::move(batch)});
       // Whoever holds the lane sees the queue when it lets go: the writer
       // loops, a caller takes it over or wakes the writer. Only an idle
       // writer needs waking.
@@ -137,6 +151,7 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token,
       return;
     }
   }
+  if (batch) return batch->handler(rejected, BatchFence{});
   handler(rejected, Fence{});
 }
 
@@ -148,7 +163,7 @@ void RocksDbStore::DecideOnCaller(WriteRequest request) {
     // Still holding the lane, as the writer does: handlers run in the order
     // their requests were decided.
     caller_decided_.fetch_add(1, std::memory_order_relaxed);
-    request.handler(outcome.status, outcome.fence);
+    Answer(request, outcome);
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (!done) {
@@ -171,9 +186,7 @@ void RocksDbStore::DecideOnCaller(WriteRequest request) {
     const bool taken = Decide(batch, /*from_caller=*/true, outcomes);
     if (taken) {
       caller_decided_.fetch_add(batch.size(), std::memory_order_relaxed);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        batch[i].handler(outcomes[i].status, outcomes[i].fence);
-      }
+      for (size_t i = 0; i < batch.size(); ++i) Answer(batch[i], outcomes[i]);
     }
     lock.lock();
     if (!taken) {
@@ -518,9 +531,7 @@ void RocksDbStore::CommitBatch(std::vector<WriteRequest>& batch) {
   std::vector<Outcome> outcomes(batch.size());
   Decide(batch, /*from_caller=*/false, outcomes);
   // Every change of the batch is committed (or none is): answer in order.
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i].handler(outcomes[i].status, outcomes[i].fence);
-  }
+  for (size_t i = 0; i < batch.size(); ++i) Answer(batch[i], outcomes[i]);
 }
 
 bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
@@ -549,25 +560,82 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   };
   // Value of each key as of the requests decided so far in this batch. The
   // views point into batch, which does not change until the handlers ran.
-  // A batch of one never looks a key up twice and needs no map.
+  // A batch of one never looks a key up twice and needs no map (an
+  // AdvanceAll's keys are distinct).
   std::unordered_map<std::string_view, Known> known;
   const bool remember = batch.size() > 1;
-  // The accepted changes (request index, token), pending once the journal
-  // holds the batch.
-  boost::container::small_vector<std::pair<size_t, uint64_t>, 1> accepted;
+  // The accepted changes (the request's key, token), pending once the
+  // journal holds the batch.
+  boost::container::small_vector<std::pair<std::string*, uint64_t>, 1> accepted;
   rocksdb::WriteBatch& changes = *changes_;
   changes.Clear();  // keeps its buffer
+  // A key's value as of the requests decided so far: this batch's, then
+  // the pending changes, then RocksDB. Busy from_caller: a file to read.
+  auto look_up = [&](const std::string& key, Known* k) -> Status {
+    if (auto it = known.find(key); it != known.end()) {
+      *k = it->second;
+    } else if (auto hit = pending_.find(std::string_view(key)); hit != pending_.end()) {
+      *k = Known{true, hit->second};
+      pending_hits_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      return ReadToken(key, &k->present, &k->value, from_caller, /*on_lane=*/true);
+    }
+    return Status::Ok();
+  };
 
   for (size_t i = 0; i < batch.size(); ++i) {
-    const WriteRequest& r = batch[i];
+    WriteRequest& r = batch[i];
+    if (r.batch) {
+      // AdvanceAll: decided whole, like one request, or refused whole.
+      std::vector<KeyToken>& items = r.batch->items;
+      boost::container::small_vector<Known, 4> ks(items.size());
+      Status read;
+      for (size_t j = 0; j < items.size() && read.ok(); ++j) read = look_up(items[j].key, &ks[j]);
+      if (!read.ok()) {
+        if (from_caller && read.code() == Status::Code::kBusy) return false;
+        outcomes[i].status = std::move(read);
+        continue;
+      }
+      BatchFence& f = outcomes[i].batch;
+      f.current.resize(items.size());
+      for (size_t j = 0; j < items.size(); ++j) {
+        if (ks[j].present && items[j].token < ks[j].value && f.stale == SIZE_MAX) f.stale = j;
+      }
+      if (f.stale != SIZE_MAX) {
+        for (size_t j = 0; j < items.size(); ++j) {
+          f.current[j] = ks[j].present ? ks[j].value : 0;
+          if (remember) known[items[j].key] = ks[j];
+        }
+        continue;
+      }
+      // Every item or none: a Put that fails takes back those before it.
+      changes.SetSavePoint();
+      const size_t accepted_before = accepted.size();
+      Status put;
+      for (size_t j = 0; j < items.size() && put.ok(); ++j) {
+        f.current[j] = ks[j].present ? std::max(ks[j].value, items[j].token) : items[j].token;
+        if (ks[j].present && f.current[j] == ks[j].value) continue;
+        if (rocksdb::Status p = changes.Put(items[j].key, EncodeToken(f.current[j])); !p.ok()) {
+          put = FromRocks(p, "building write batch");
+        } else if (deferred_) {
+          accepted.emplace_back(&items[j].key, f.current[j]);
+        }
+      }
+      if (!put.ok()) {
+        (void)changes.RollbackToSavePoint();
+        accepted.resize(accepted_before);
+        outcomes[i] = Outcome{std::move(put), Fence{}, BatchFence{}};
+        continue;
+      }
+      (void)changes.PopSavePoint();
+      if (remember) {
+        for (size_t j = 0; j < items.size(); ++j) known[items[j].key] = Known{true, f.current[j]};
+      }
+      f.accepted = true;
+      continue;
+    }
     Known k;
-    if (auto it = known.find(r.key); it != known.end()) {
-      k = it->second;
-    } else if (auto hit = pending_.find(std::string_view(r.key)); hit != pending_.end()) {
-      k = Known{true, hit->second};
-      pending_hits_.fetch_add(1, std::memory_order_relaxed);
-    } else if (Status s = ReadToken(r.key, &k.present, &k.value, from_caller, /*on_lane=*/true);
-               !s.ok()) {
+    if (Status s = look_up(r.key, &k); !s.ok()) {
       if (from_caller && s.code() == Status::Code::kBusy) {
         return false;  // the read would wait for the disk: nothing decided
       }
@@ -586,7 +654,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
         outcomes[i].status = FromRocks(put, "building write batch");
         continue;
       }
-      if (deferred_) accepted.emplace_back(i, next);
+      if (deferred_) accepted.emplace_back(&r.key, next);
     }
     if (remember) known[r.key] = Known{true, next};
     outcomes[i].fence = Fence{true, next};
@@ -634,13 +702,11 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     }
   }
   if (!failed.ok()) {
-    for (Outcome& o : outcomes) o = Outcome{failed, Fence{}};
+    for (Outcome& o : outcomes) o = Outcome{failed, Fence{}, BatchFence{}};
   } else if (deferred_) {
     // In request order: a key changed twice keeps the later token. Its key
     // is not needed after the decision: moved, not copied.
-    for (const auto& [index, token] : accepted) {
-      pending_.insert_or_assign(std::move(batch[index].key), token);
-    }
+    for (const auto& [key, token] : accepted) pending_.insert_or_assign(std::move(*key), token);
     // Answered from the journal already: a refusal here (a stall, an
     // error) only leaves the changes pending, for later or for the writer.
     if (pending_.size() >= options_.apply_every) (void)ApplyPending(from_caller);

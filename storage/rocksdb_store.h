@@ -6,8 +6,8 @@
 // value of any other size is reported as Corruption, never read as 0.
 //
 // Threads. The store owns two threads:
-//  - the writer thread owns every mutation. Advance/Raise enqueue a request
-//    and return at once; the writer drains up to max_batch queued requests,
+//  - the writer thread owns every mutation. Advance/AdvanceAll/Raise
+//    enqueue a request and return at once; the writer drains up to max_batch queued requests,
 //    decides each one in queue order (a key changed earlier in the same
 //    batch is judged against the batch's pending value), commits all
 //    accepted changes with ONE rocksdb::WriteBatch and ONE DB::Write (with
@@ -19,11 +19,11 @@
 //    and never blocks the caller. A Get sees every Advance/Raise whose
 //    handler has run (and possibly ones whose fsync finished but whose
 //    handler has not run yet).
-//  - under Durability::kAsync only (decide_on_caller): an Advance/Raise made
+//  - under Durability::kAsync only (decide_on_caller): an Advance/AdvanceAll/Raise made
 //    while nothing is queued and nobody else is deciding is decided and
 //    committed on the caller's thread, and its handler runs there before
 //    the call returns (before the next request is decided, as the writer's
-//    handlers do: all FenceHandlers run in the order of the decisions). It saves the two thread hand-offs (writer wake-up,
+//    handlers do: all handlers run in the order of the decisions). It saves the two thread hand-offs (writer wake-up,
 //    and the caller's own wake-up for the answer) that cost a fenced write
 //    more CPU than RocksDB's work does. It never waits for the disk: it
 //    reads RocksDB's memtable and block cache only
@@ -93,7 +93,7 @@
 // DB::Resume(); if RocksDB reports the error as not resumable (a fatal WAL
 // I/O error) it closes and reopens the database, replaying the WAL. While
 // idle it confirms recovery with an empty synced write. Until recovery
-// succeeds every Advance/Raise answers the error (fail closed). A batch
+// succeeds every write request answers the error (fail closed). A batch
 // whose write failed may still reach the disk (the WAL record was written,
 // its fsync failed) and show up after a reopen: never acknowledged, and
 // harmless, since stored tokens only go up.
@@ -210,6 +210,14 @@ class RocksDbStore : public TokenStore {
   // the caller's thread (decide_on_caller, see "Threads").
   void Advance(std::string key, uint64_t token, FenceHandler handler) override;
 
+  // See token_store.h. Same thread and durability as Advance: one request
+  // of the writer's queue (or one decision on the caller's thread), decided
+  // against the values of the requests before it in the same batch, its
+  // changes in the batch's one WriteBatch (under kAsync, the journal's one
+  // record). On the caller's thread every item's key must be in RocksDB's
+  // memtable or block cache (or pending), else the writer decides it.
+  void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
+
   // See token_store.h. Same thread and durability as Advance.
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
 
@@ -249,16 +257,26 @@ class RocksDbStore : public TokenStore {
   Status ForEach(const Visitor& visit);
 
  private:
+  // An AdvanceAll's items and handler, apart so that an Advance's request
+  // stays as small as before (a null pointer).
+  struct BatchRequest {
+    std::vector<KeyToken> items;
+    BatchFenceHandler handler;
+  };
   struct WriteRequest {
     bool raise = false;  // Raise (never refuses) instead of Advance
     std::string key;
     uint64_t token = 0;
     FenceHandler handler;
+    std::unique_ptr<BatchRequest> batch;  // AdvanceAll: key, token, handler unused
   };
   struct Outcome {
     Status status;
     Fence fence;
+    BatchFence batch;  // AdvanceAll's
   };
+  // Runs r's handler (Advance/Raise or AdvanceAll) with its outcome.
+  static void Answer(WriteRequest& r, Outcome& o);
   struct ReadRequest {
     std::string key;
     GetHandler handler;
@@ -276,8 +294,9 @@ class RocksDbStore : public TokenStore {
                std::shared_ptr<rocksdb::FileSystem> fs, uint64_t journal_index,
                std::unique_ptr<rocksdb::DB> db);
 
-  void Enqueue(bool raise, std::string key, uint64_t token,
-               FenceHandler handler);
+  // batch: an AdvanceAll (key, token and handler are then empty).
+  void Enqueue(bool raise, std::string key, uint64_t token, FenceHandler handler,
+               std::unique_ptr<BatchRequest> batch = nullptr);
   // Holding the lane, on the caller's thread: decides `request` (or queues
   // it for the writer), then at most one batch that others queued
   // meanwhile, then lets go of the lane.

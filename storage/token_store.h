@@ -14,7 +14,8 @@
 //
 // All methods are thread-safe.
 //
-// Order. Advance and Raise calls are decided in the order they were made:
+// Order. Advance, AdvanceAll and Raise calls are decided in the order they
+// were made:
 // when one call returns before another starts, the first is decided (checked
 // against, and applied to, the stored value) first, whatever the keys and
 // whenever the handlers run. The fence filter relies on it: it enqueues the
@@ -22,11 +23,13 @@
 // the store must judge the two in that order (an engine answering in
 // parallel would have to keep each key's calls in order).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "storage/status.h"
 
@@ -38,9 +41,34 @@ struct Fence {
   uint64_t current = 0;   // the stored maximum after the operation
 };
 
+// One item of AdvanceAll: a key and the token it is fenced with.
+struct KeyToken {
+  std::string key;
+  uint64_t token = 0;
+};
+
+// Outcome of AdvanceAll when the Status is ok.
+struct BatchFence {
+  bool accepted = false;          // every item's token >= its stored value
+  std::vector<uint64_t> current;  // per item: stored maximum after the op (or at refusal)
+  size_t stale = SIZE_MAX;        // when refused: index of the first item whose token < stored
+};
+
+// Most items one AdvanceAll takes: a write names a handful of keys (COPY and
+// MOVE two); the bound keeps one request from holding the store's writer
+// for long.
+inline constexpr size_t kMaxBatchItems = 64;
+
+// What every engine refuses in AdvanceAll, before deciding anything: no item
+// or more than kMaxBatchItems, an empty key or one longer than
+// max_key_bytes, a key named twice. InvalidArgument naming the problem, or
+// ok.
+Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes);
+
 class TokenStore {
  public:
   using FenceHandler = std::function<void(const Status&, Fence)>;
+  using BatchFenceHandler = std::function<void(const Status&, BatchFence)>;
   using GetHandler = std::function<void(const Status&, std::optional<uint64_t>)>;
 
   virtual ~TokenStore() = default;
@@ -54,6 +82,19 @@ class TokenStore {
   // the caller must treat the write as refused (fail closed). The stored
   // value never decreases, under any interleaving of callers.
   virtual void Advance(std::string key, uint64_t token, FenceHandler handler) = 0;
+
+  // Atomic check-and-advance for several keys, all or nothing: if every
+  // item's key is absent or its token >= stored, stores max(stored, token)
+  // for every item in one atomic write (same durability and group commit as
+  // Advance) and reports {accepted=true, current[i]=new maximum of item i};
+  // otherwise stores nothing and reports {accepted=false, current[i]=stored
+  // value of item i (0 when absent), stale=index of the first item whose
+  // token < stored}. The whole call is one decision in the call order (see
+  // Order): it sees every earlier call and every later call sees all of it.
+  // Items that CheckBatchItems refuses answer InvalidArgument, nothing
+  // stored. On a non-ok Status the BatchFence is meaningless: nothing may be
+  // forwarded (fail closed).
+  virtual void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) = 0;
 
   // Administrative raise: stores max(stored, token), never refuses, never
   // lowers. Reports {accepted=true, current=new maximum}. Same durability.

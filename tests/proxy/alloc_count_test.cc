@@ -41,6 +41,11 @@ class InlineStore : public storage::TokenStore {
   void Advance(std::string key, uint64_t token, FenceHandler h) override {
     h({}, storage::Fence{true, token});
   }
+  void AdvanceAll(std::vector<storage::KeyToken> items, BatchFenceHandler h) override {
+    storage::BatchFence f{true, {}, SIZE_MAX};
+    for (const storage::KeyToken& item : items) f.current.push_back(item.token);
+    h({}, std::move(f));
+  }
   void Raise(std::string key, uint64_t token, FenceHandler h) override {
     h({}, storage::Fence{true, token});
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -34,6 +35,33 @@ class FakeStore : public storage::TokenStore {
       f.current = cur;
     }
     Answer([h, f] { h({}, f); });  // nothing touches `this` after the handler
+  }
+  // All or nothing, decided at once in call order like Advance.
+  void AdvanceAll(std::vector<storage::KeyToken> items, BatchFenceHandler h) override {
+    advances++;
+    if (storage::Status s = storage::CheckBatchItems(items, 1024); !s.ok()) {
+      return Answer([h, s] { h(s, {}); });
+    }
+    if (fail) return Answer([h] { h(storage::Status::IoError("injected"), {}); });
+    storage::BatchFence f;
+    {
+      std::lock_guard lock(mu_);
+      for (size_t i = 0; i < items.size(); ++i) {
+        auto it = map_.find(items[i].key);
+        const uint64_t cur = it == map_.end() ? 0 : it->second;
+        f.current.push_back(cur);
+        if (items[i].token < cur && f.stale == SIZE_MAX) f.stale = i;
+      }
+      f.accepted = f.stale == SIZE_MAX;
+      if (f.accepted) {
+        for (size_t i = 0; i < items.size(); ++i) {
+          uint64_t& cur = map_[items[i].key];
+          cur = std::max(cur, items[i].token);
+          f.current[i] = cur;
+        }
+      }
+    }
+    Answer([h, f] { h({}, f); });
   }
   void Raise(std::string key, uint64_t token, FenceHandler h) override {
     storage::Fence f{true, 0};

@@ -19,6 +19,7 @@ namespace fencegate::storage {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::AdvanceAllSync;
 using testing::AdvanceSync;
 using testing::GetSync;
 using testing::OpenRocks;
@@ -72,6 +73,26 @@ TEST_F(FaultInjectingStoreTest, FailWritesAnswersIoErrorAndLeavesBaseAlone) {
   ASSERT_TRUE(r.status.ok());
   EXPECT_TRUE(r.fence.accepted);
   EXPECT_EQ(GetSync(*base_, "k").value, 9u);
+}
+
+TEST_F(FaultInjectingStoreTest, FailWritesFailsAWholeBatchOfKeys) {
+  ASSERT_TRUE(AdvanceAllSync(*store_, {{"a", 5}, {"b", 5}}).fence.accepted);
+  store_->SetFaults(FaultSpec{.fail_writes = true});
+  auto r = AdvanceAllSync(*store_, {{"a", 9}, {"b", 9}});
+  EXPECT_EQ(r.status.code(), Status::Code::kIoError);
+  EXPECT_EQ(GetSync(*base_, "a").value, 5u);
+  EXPECT_EQ(GetSync(*base_, "b").value, 5u);
+  // A delay keeps the answer, only later.
+  store_->SetFaults(FaultSpec{.delay = 20ms});
+  r = AdvanceAllSync(*store_, {{"a", 9}, {"b", 4}});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_FALSE(r.fence.accepted);
+  EXPECT_EQ(r.fence.stale, 1u);
+  EXPECT_EQ(r.fence.current, (std::vector<uint64_t>{5, 5}));
+  store_->SetFaults(FaultSpec{});
+  r = AdvanceAllSync(*store_, {{"a", 9}, {"b", 9}});
+  EXPECT_TRUE(r.fence.accepted);
+  EXPECT_EQ(GetSync(*base_, "b").value, 9u);
 }
 
 TEST_F(FaultInjectingStoreTest, FailReadsFailsGetOnly) {

@@ -26,6 +26,7 @@ namespace {
 using rocksdb::IODebugContext;
 using rocksdb::IOOptions;
 using rocksdb::IOStatus;
+using testing::AdvanceAllSync;
 using testing::AdvanceSync;
 using testing::GetSync;
 using testing::OpenRocks;
@@ -203,6 +204,30 @@ TEST_P(RocksDbStoreFailureTest, FailedWriteRefusesTheBatchAndRecovers) {
   auto reopened = OpenRocks(dir_.path());
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(GetSync(*reopened, "k").value, 9u);
+}
+
+// A failed write fails every AdvanceAll of its batch whole: no key of it is
+// stored, and after the recovery the batch goes in whole.
+TEST_P(RocksDbStoreFailureTest, AFailedWriteFailsAWholeBatchOfKeys) {
+  OpenStore(std::chrono::hours(1));
+  ASSERT_TRUE(AdvanceAllSync(*store_, {{"a", 5}, {"b", 5}}).fence.accepted);
+
+  fs_->fault = Fault();
+  auto r = AdvanceAllSync(*store_, {{"a", 9}, {"b", 9}, {"c", 9}});
+  EXPECT_EQ(r.status.code(), Status::Code::kIoError) << r.status.ToString();
+  EXPECT_FALSE(r.fence.accepted);
+  EXPECT_EQ(GetSync(*store_, "a").value, 5u);
+  EXPECT_EQ(GetSync(*store_, "b").value, 5u);
+  EXPECT_EQ(GetSync(*store_, "c").value, std::nullopt);
+
+  fs_->fault = DiskFault::kNone;
+  r = AdvanceAllSync(*store_, {{"a", 9}, {"b", 9}, {"c", 9}});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_TRUE(r.fence.accepted);
+  ASSERT_TRUE(store_->Close().ok());
+  auto reopened = OpenRocks(dir_.path());
+  ASSERT_NE(reopened, nullptr);
+  for (const char* key : {"a", "b", "c"}) EXPECT_EQ(GetSync(*reopened, key).value, 9u) << key;
 }
 
 TEST_P(RocksDbStoreFailureTest, IdleStoreRecoversWithoutTraffic) {

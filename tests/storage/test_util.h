@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -55,6 +56,11 @@ struct FenceResult {
   Fence fence;
 };
 
+struct BatchResult {
+  Status status;
+  BatchFence fence;
+};
+
 struct GetResult {
   Status status;
   std::optional<uint64_t> value;
@@ -87,6 +93,15 @@ inline FenceResult RaiseSync(TokenStore& store, const std::string& key,
     p->set_value(FenceResult{s, fence});
   });
   return WaitFor(f, FenceResult{Status::Unavailable("test deadline"), {}});
+}
+
+inline BatchResult AdvanceAllSync(TokenStore& store, std::vector<KeyToken> items) {
+  auto p = std::make_shared<std::promise<BatchResult>>();
+  auto f = p->get_future();
+  store.AdvanceAll(std::move(items), [p](const Status& s, BatchFence fence) {
+    p->set_value(BatchResult{s, std::move(fence)});
+  });
+  return WaitFor(f, BatchResult{Status::Unavailable("test deadline"), {}});
 }
 
 inline GetResult GetSync(TokenStore& store, const std::string& key) {
