@@ -26,10 +26,6 @@ uint32_t Checksum(const char* length, std::string_view payload) {
   return crc.checksum();
 }
 
-void PutFixed32(char* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
 uint32_t GetFixed32(const char* in) {
   uint32_t v = 0;
   for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
@@ -65,6 +61,19 @@ class CopyPuts : public rocksdb::WriteBatch::Handler {
   }
   rocksdb::WriteBatch* out_;
 };
+
+// The offset of the first whole record (a non-zero length that fits and a
+// checksum that matches) at or after `from`, or npos. A one-time scan of
+// an interrupted segment's tail: most offsets fail on the length alone.
+size_t FindWholeRecord(std::string_view bytes, size_t from) {
+  for (size_t at = from; at + kJournalHeaderBytes < bytes.size(); ++at) {
+    const uint32_t length = GetFixed32(bytes.data() + at);
+    if (length == 0 || length > bytes.size() - at - kJournalHeaderBytes) continue;
+    std::string_view payload = bytes.substr(at + kJournalHeaderBytes, length);
+    if (Checksum(bytes.data() + at, payload) == GetFixed32(bytes.data() + at + 4)) return at;
+  }
+  return std::string_view::npos;
+}
 
 }  // namespace
 
@@ -114,22 +123,20 @@ Status ParseJournalSegment(std::string_view bytes, const std::string& name,
     at += kJournalHeaderBytes + length;
   }
   if (at == bytes.size()) return Status::Ok();
-  // The first record that is not whole. A crash can cut short only the
-  // last record written: past its extent (its length, or the rest of the
-  // file if that is shorter) there may be nothing but zeros.
-  size_t end = bytes.size();
-  if (bytes.size() - at >= kJournalHeaderBytes) {
-    const uint64_t length = GetFixed32(bytes.data() + at);
-    end = static_cast<size_t>(
-        std::min<uint64_t>(bytes.size(), at + kJournalHeaderBytes + length));
+  // The first record that is not whole: the one a crash interrupted, unless
+  // a whole record follows it somewhere.
+  if (const size_t next = FindWholeRecord(bytes, at + 1); next != std::string_view::npos) {
+    return Status::Corruption(
+        "journal " + name + " (written by an earlier fencegate under durability: async) is "
+        "damaged at byte " + std::to_string(at) + " and holds a whole record after the damage "
+        "(at byte " + std::to_string(next) + "). fencegate will not start and skip it: the "
+        "records after the damage held acknowledged tokens. Keep the data dir as it is and "
+        "keep a copy of " + name + ". To start without the damaged segment, move it out of the "
+        "data dir; then, before clients write, raise every key to at least the newest token "
+        "your lock service has issued (fencegate import with its current counters, or POST "
+        "/v1/keys/{key}/fence), since the segment may have held higher ones");
   }
-  const size_t data = bytes.find_first_not_of('\0', end);
-  if (data == std::string_view::npos) return Status::Ok();
-  return Status::Corruption(
-      "journal " + name + " is damaged at byte " + std::to_string(at) +
-      " and holds records after the damage (at byte " + std::to_string(data) +
-      "); fencegate will not start without them. Restore the data dir from a "
-      "backup; starting without them could let stale writes through");
+  return Status::Ok();
 }
 
 Status ReplayJournal(rocksdb::DB* db, rocksdb::FileSystem* fs,
@@ -183,57 +190,6 @@ Status ReplayJournal(rocksdb::DB* db, rocksdb::FileSystem* fs,
   *last_index = indexes.back();
   if (records != nullptr) *records = replayed;
   return Status::Ok();
-}
-
-Journal::Journal(std::shared_ptr<rocksdb::FileSystem> fs, std::string dir,
-                 uint64_t first_index)
-    : fs_(std::move(fs)), dir_(std::move(dir)), next_index_(first_index) {}
-
-Journal::~Journal() { Rotate(); }
-
-Status Journal::Open() {
-  rocksdb::FileOptions options;
-  options.use_mmap_writes = true;  // RocksDB's POSIX mmap writer: no syscall per record
-  const uint64_t index = next_index_;
-  std::unique_ptr<rocksdb::FSWritableFile> file;
-  rocksdb::IOStatus s =
-      fs_->NewWritableFile(dir_ + "/" + JournalFileName(index), options, &file, nullptr);
-  if (!s.ok()) return FromRocks(s, "creating a journal segment");
-  // The new file's directory entry reaches the disk with the next sync of
-  // the data dir; under async (page cache only) that is all a record asks.
-  ++next_index_;
-  current_ = index;
-  file_ = std::move(file);
-  return Status::Ok();
-}
-
-Status Journal::Append(std::string_view payload) {
-  if (file_ == nullptr) {
-    if (Status s = Open(); !s.ok()) return s;
-  }
-  record_.resize(kJournalHeaderBytes + payload.size());
-  char* out = record_.data();
-  PutFixed32(out, static_cast<uint32_t>(payload.size()));
-  PutFixed32(out + 4, Checksum(out, payload));
-  std::copy(payload.begin(), payload.end(), out + kJournalHeaderBytes);
-  rocksdb::IOStatus s =
-      file_->Append(rocksdb::Slice(record_.data(), record_.size()), rocksdb::IOOptions(), nullptr);
-  if (record_.capacity() > (64u << 10)) std::string().swap(record_);
-  if (!s.ok()) {
-    Rotate();  // a record may be cut short in it: the next goes to a new segment
-    return FromRocks(s, "appending to the journal");
-  }
-  return Status::Ok();
-}
-
-void Journal::Rotate() {
-  if (file_ == nullptr) return;
-  // Unmaps, and truncates the file to what was written. An error here loses
-  // nothing: every record is already in the page cache.
-  rocksdb::IOStatus s = file_->Close(rocksdb::IOOptions(), nullptr);
-  s.PermitUncheckedError();
-  file_.reset();
-  last_closed_ = current_;
 }
 
 Status DeleteJournal(rocksdb::FileSystem* fs, const std::string& dir, uint64_t upto) {

@@ -12,22 +12,14 @@
 
 #include <boost/container/small_vector.hpp>
 
-#include "storage/journal.h"
+#include "storage/journal.h"  // an earlier fencegate's journal, replayed at Open
 #include "storage/rocksdb_support.h"
 
 namespace fencegate::storage {
 namespace {
 
-// While a switch's journal segments wait for its flush, the idle writer
-// looks whether the flush is done this often.
-constexpr std::chrono::milliseconds kJournalCheck{50};
-
 // Decide's batch keeps a buffer up to this size between batches.
 constexpr size_t kKeptBatchBytes = 64u << 10;
-
-// Callers stop deciding while this many times apply_every changes wait for
-// RocksDB (it refuses them: a stall or an error).
-constexpr size_t kMostPendingPerApply = 16;
 
 // Proves that the disk takes synced writes again (recovery): an empty write
 // that syncs RocksDB's WAL.
@@ -58,31 +50,24 @@ Status RocksDbStore::Open(const RocksDbStoreOptions& options,
       (options.env != nullptr ? options.env : rocksdb::Env::Default())->GetFileSystem();
   std::unique_ptr<rocksdb::DB> db;
   if (Status s = rocksdb_support::OpenDb(options, &db); !s.ok()) return s;
-  // What an async run left in the journal (under either durability now).
+  // Segments an earlier fencegate's async journal left: replayed into the
+  // database (their tokens only go up), flushed, then deleted.
   uint64_t last_index = 0;
   if (Status s = rocksdb_support::ReplayJournal(db.get(), fs.get(), options.path, &last_index);
       !s.ok()) {
     return s;
   }
-  result->reset(new RocksDbStore(options, std::move(fs), last_index + 1, std::move(db)));
+  result->reset(new RocksDbStore(options, std::move(db)));
   return Status::Ok();
 }
 
-RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options,
-                           std::shared_ptr<rocksdb::FileSystem> fs,
-                           uint64_t journal_index, std::unique_ptr<rocksdb::DB> db)
+RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::DB> db)
     : options_(options),
-      fs_(std::move(fs)),
       db_(std::move(db)),
       decide_on_caller_(options.decide_on_caller &&
                         options.durability == Durability::kAsync),
       free_space_(std::make_unique<rocksdb_support::FreeSpaceGuard>(options.path)),
-      changes_(std::make_unique<rocksdb::WriteBatch>()),
-      deferred_(options.durability == Durability::kAsync),
-      apply_(std::make_unique<rocksdb::WriteBatch>()) {
-  if (options.durability == Durability::kAsync) {
-    journal_ = std::make_unique<rocksdb_support::Journal>(fs_, options.path, journal_index);
-  }
+      changes_(std::make_unique<rocksdb::WriteBatch>()) {
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
   writer_id_ = writer_.get_id();
@@ -127,8 +112,7 @@ void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token, FenceHan
     std::unique_lock<std::mutex> lock(mu_);
     if (closing_) {
       rejected = Status::Unavailable("token store is closed");
-    } else if (decide_on_caller_ && write_queue_.empty() && !lane_busy_ &&
-               lane_waiters_ == 0 && !failed_) {
+    } else if (decide_on_caller_ && write_queue_.empty() && !lane_busy_ && !failed_) {
       // Async durability and nobody deciding: decide on this thread.
       lane_busy_ = true;
       lock.unlock();
@@ -206,26 +190,7 @@ bool RocksDbStore::LaneReleasedLocked() {
   // do nothing, and a flush due would keep waking it before its recovery
   // timer ran out); the next release after the recovery sets it.
   if (wal_bytes_ >= options_.wal_bytes_per_flush && !failed_) flush_due_ = true;
-  // Left pending past apply_every: RocksDB refused a caller's write; the
-  // writer applies them, waiting for the stall if need be.
-  if (deferred_ && pending_.size() >= options_.apply_every) apply_due_ = true;
-  if (lane_waiters_ > 0) lane_cv_.notify_all();
-  return !write_queue_.empty() || closing_ || failed_ || flush_due_ || apply_due_;
-}
-
-void RocksDbStore::AcquireLane() {
-  std::unique_lock<std::mutex> lock(mu_);
-  ++lane_waiters_;
-  lane_cv_.wait(lock, [this] { return !lane_busy_; });
-  --lane_waiters_;
-  lane_busy_ = true;
-}
-
-void RocksDbStore::ReleaseLane() {
-  std::unique_lock<std::mutex> lock(mu_);
-  const bool wake = LaneReleasedLocked();
-  lock.unlock();
-  if (wake) writer_cv_.notify_one();
+  return !write_queue_.empty() || closing_ || failed_ || flush_due_;
 }
 
 void RocksDbStore::Get(std::string key, GetHandler handler) {
@@ -273,16 +238,10 @@ StoreStats RocksDbStore::stats() const {
   s.reopens = reopens_.load(std::memory_order_relaxed);
   s.caller_decided = caller_decided_.load(std::memory_order_relaxed);
   s.flushes = flushes_.load(std::memory_order_relaxed);
-  s.pending_hits = pending_hits_.load(std::memory_order_relaxed);
   return s;
 }
 
 uint64_t RocksDbStore::MemtableEntries() {
-  if (deferred_) {
-    AcquireLane();
-    (void)ApplyPending(/*from_caller=*/false);  // a failure leaves them out of the count
-    ReleaseLane();
-  }
   std::shared_lock<std::shared_mutex> lock(db_mu_);
   uint64_t n = 0;
   if (db_ == nullptr ||
@@ -326,12 +285,6 @@ Status RocksDbStore::ReadToken(const std::string& key, bool* present,
 }
 
 Status RocksDbStore::ForEach(const Visitor& visit) {
-  if (deferred_) {
-    AcquireLane();
-    Status applied = ApplyPending(/*from_caller=*/false);
-    ReleaseLane();
-    if (!applied.ok()) return applied;  // the scan would miss tokens
-  }
   std::shared_lock<std::shared_mutex> lock(db_mu_);
   if (db_ == nullptr) {
     return Status::Unavailable("token store is closed or reopening");
@@ -361,16 +314,13 @@ void RocksDbStore::WriterLoop() {
   for (;;) {
     batch.clear();
     bool recover = false;
-    bool check_journal = false;
-    bool apply = false;  // the pending changes, whatever their number
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Never while a caller decides on its own thread (the lane is busy):
       // that caller answers, lets go of the lane, and wakes this thread if
       // anything is left queued.
       auto ready = [this] {
-        return !lane_busy_ &&
-               (closing_ || !write_queue_.empty() || flush_due_ || (apply_due_ && !failed_));
+        return !lane_busy_ && (closing_ || !write_queue_.empty() || flush_due_);
       };
       for (;;) {
         if (failed_) {
@@ -381,67 +331,32 @@ void RocksDbStore::WriterLoop() {
             recover = true;
             break;
           }
-        } else if (journal_switched_upto_ > 0) {
-          // The last switch's journal segments wait for its flush.
-          if (!writer_cv_.wait_for(lock, kJournalCheck, [&] { return ready() || failed_; })) {
-            check_journal = true;
-            break;
-          }
-          if (ready()) break;
         } else {
           // A caller's failed write sets failed_: then wait for the timer.
           writer_cv_.wait(lock, [&] { return ready() || failed_; });
           if (ready()) break;
         }
       }
-      if (check_journal) {
-        // Not the lane: deleting flushed segments touches no Journal state.
-      } else if (!recover) {
-        if (write_queue_.empty() && closing_) {
-          // All answered. The pending changes go to RocksDB before
-          // Close() flushes it (if they cannot, Close() reports the
-          // error and the journal keeps them).
-          if (deferred_ && !pending_.empty() && !failed_) {
-            lane_busy_ = true;
-            lock.unlock();
-            (void)ApplyPending(/*from_caller=*/false);
-            lock.lock();
-            (void)LaneReleasedLocked();
-          }
-          return;
-        }
+      if (!recover) {
+        if (write_queue_.empty() && closing_) return;  // all answered
         size_t n = std::min(options_.max_batch, write_queue_.size());
         for (size_t i = 0; i < n; ++i) {
           batch.push_back(std::move(write_queue_.front()));
           write_queue_.pop_front();
         }
       }
-      if (!check_journal) {
-        lane_busy_ = true;
-        flush_due_ = false;
-        apply = apply_due_;
-        apply_due_ = false;
-      }
-    }
-    if (check_journal) {
-      DeleteFlushedJournal();
-      continue;
+      lane_busy_ = true;
+      flush_due_ = false;
     }
     if (recover) {
       if (Status s = Recover(/*probe=*/true); s.ok()) {
         failed_ = false;
         SetHealth(Status::Ok());
-        // After a resume the memtable still lacks them (ApplyPending sets
-        // failed_ again should RocksDB refuse).
-        if (deferred_) (void)ApplyPending(/*from_caller=*/false);
       } else {
         SetHealth(std::move(s));
       }
     } else {
       if (!batch.empty()) CommitBatch(batch);
-      if (deferred_ && !failed_ && (apply || pending_.size() >= options_.apply_every)) {
-        (void)ApplyPending(/*from_caller=*/false);
-      }
       FlushIfDue();
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -451,41 +366,17 @@ void RocksDbStore::WriterLoop() {
 
 void RocksDbStore::FlushIfDue() {
   if (wal_bytes_ < options_.wal_bytes_per_flush || failed_) return;
-  // Every record of the segments about to close must be in the memtable
-  // about to switch; if RocksDB refuses them, the switch waits.
-  if (deferred_ && !ApplyPending(/*from_caller=*/false).ok()) return;
   // Not waiting for the flush itself (it runs on RocksDB's background
   // thread): the switch to a new memtable and WAL file is all that happens
   // here. A failure shows on the next write, which then fails and recovers
   // as any failed write does; the count starts again either way.
-  if (journal_ != nullptr) {
-    DeleteFlushedJournal();
-    journal_->Rotate();  // every record so far is in a closed segment
-  }
   rocksdb::FlushOptions flush;
   flush.wait = false;
   flush.allow_write_stall = true;
   rocksdb::Status s = db_->Flush(flush);
-  // A switch that failed leaves the closed segments for a later switch.
-  if (s.ok() && journal_ != nullptr) journal_switched_upto_ = journal_->last_closed();
+  s.PermitUncheckedError();
   wal_bytes_ = 0;
   flushes_.fetch_add(1, std::memory_order_relaxed);
-}
-
-void RocksDbStore::DeleteFlushedJournal() {
-  // The segments of the last switch can go once its memtable (and any that
-  // RocksDB switched by itself before it) reached a table file: when no
-  // immutable memtable is left. Tried again later if not yet, or if a
-  // segment fails to go.
-  uint64_t immutable = 1;
-  if (journal_switched_upto_ == 0 || db_ == nullptr ||
-      !db_->GetIntProperty(rocksdb::DB::Properties::kNumImmutableMemTable, &immutable) ||
-      immutable != 0) {
-    return;
-  }
-  if (rocksdb_support::DeleteJournal(fs_.get(), options_.path, journal_switched_upto_).ok()) {
-    journal_switched_upto_ = 0;
-  }
 }
 
 Status RocksDbStore::Recover(bool probe) {
@@ -504,23 +395,8 @@ Status RocksDbStore::Recover(bool probe) {
     }
     std::unique_ptr<rocksdb::DB> db;
     if (Status s = rocksdb_support::OpenDb(options_, &db); !s.ok()) return s;
-    // Under kAsync the memtables were lost with the old database: the whole
-    // journal, the open segment too, goes back in (and is then deleted).
-    if (journal_ != nullptr) journal_->Rotate();
-    uint64_t last_index = 0;
-    if (Status s = rocksdb_support::ReplayJournal(db.get(), fs_.get(), options_.path, &last_index);
-        !s.ok()) {
-      return s;
-    }
-    journal_switched_upto_ = 0;
     db_ = std::move(db);
-    // The journal held every pending change: the new database has them.
-    pending_.clear();
     reopens_.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (journal_ != nullptr && !journal_->has_segment()) {
-    // A failed append gave its segment up: the disk must take a new file.
-    if (Status s = rocksdb_support::ProbeDisk(options_); !s.ok()) return s;
   }
   if (!probe) return Status::Ok();
   // Proves the disk writes again.
@@ -538,7 +414,6 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
                           std::span<Outcome> outcomes) {
   if (failed_) {  // never from_caller: Enqueue checks failed_ first
     Status s = Recover(/*probe=*/false);
-    if (s.ok() && deferred_) s = ApplyPending(/*from_caller=*/false);
     if (!s.ok()) {
       SetHealth(s);
       for (Outcome& o : outcomes) o.status = s;
@@ -547,13 +422,6 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
       return true;
     }
   }
-  // RocksDB keeps refusing the pending changes: the writer decides (and
-  // waits for RocksDB) until it takes them.
-  if (from_caller && deferred_ &&
-      pending_.size() >= kMostPendingPerApply * options_.apply_every) {
-    return false;
-  }
-
   struct Known {
     bool present = false;
     uint64_t value = 0;
@@ -564,19 +432,13 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   // AdvanceAll's keys are distinct).
   std::unordered_map<std::string_view, Known> known;
   const bool remember = batch.size() > 1;
-  // The accepted changes (the request's key, token), pending once the
-  // journal holds the batch.
-  boost::container::small_vector<std::pair<std::string*, uint64_t>, 1> accepted;
   rocksdb::WriteBatch& changes = *changes_;
   changes.Clear();  // keeps its buffer
   // A key's value as of the requests decided so far: this batch's, then
-  // the pending changes, then RocksDB. Busy from_caller: a file to read.
+  // RocksDB's. Busy from_caller: a file to read.
   auto look_up = [&](const std::string& key, Known* k) -> Status {
     if (auto it = known.find(key); it != known.end()) {
       *k = it->second;
-    } else if (auto hit = pending_.find(std::string_view(key)); hit != pending_.end()) {
-      *k = Known{true, hit->second};
-      pending_hits_.fetch_add(1, std::memory_order_relaxed);
     } else {
       return ReadToken(key, &k->present, &k->value, from_caller, /*on_lane=*/true);
     }
@@ -610,20 +472,16 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
       }
       // Every item or none: a Put that fails takes back those before it.
       changes.SetSavePoint();
-      const size_t accepted_before = accepted.size();
       Status put;
       for (size_t j = 0; j < items.size() && put.ok(); ++j) {
         f.current[j] = ks[j].present ? std::max(ks[j].value, items[j].token) : items[j].token;
         if (ks[j].present && f.current[j] == ks[j].value) continue;
         if (rocksdb::Status p = changes.Put(items[j].key, EncodeToken(f.current[j])); !p.ok()) {
           put = FromRocks(p, "building write batch");
-        } else if (deferred_) {
-          accepted.emplace_back(&items[j].key, f.current[j]);
         }
       }
       if (!put.ok()) {
         (void)changes.RollbackToSavePoint();
-        accepted.resize(accepted_before);
         outcomes[i] = Outcome{std::move(put), Fence{}, BatchFence{}};
         continue;
       }
@@ -654,7 +512,6 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
         outcomes[i].status = FromRocks(put, "building write batch");
         continue;
       }
-      if (deferred_) accepted.emplace_back(&r.key, next);
     }
     if (remember) known[r.key] = Known{true, next};
     outcomes[i].fence = Fence{true, next};
@@ -672,19 +529,11 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     // The caller's thread never waits for a write stall (RocksDB answers
     // Incomplete and writes nothing); the writer thread does.
     wo.no_slowdown = from_caller;
-    rocksdb::Status s;
-    if (journal_ != nullptr) {
-      // kAsync: the journal holds the decision; it is pending until
-      // ApplyPending gives it to the memtable. Should RocksDB then refuse
-      // it, the journal replays it at the next open.
-      if (Status j = journal_->Append(changes.Data()); !j.ok()) {
-        s = rocksdb::Status::IOError(j.message());
-      }
-    } else {
-      s = db_->Write(wo, &changes);
-      if (from_caller && s.IsIncomplete()) return false;
-      db_writes_.fetch_add(1, std::memory_order_relaxed);
-    }
+    // Under kAsync the WAL record is in the page cache (write(2)) when
+    // Write returns: a killed process loses nothing acknowledged.
+    rocksdb::Status s = db_->Write(wo, &changes);
+    if (from_caller && s.IsIncomplete()) return false;
+    db_writes_.fetch_add(1, std::memory_order_relaxed);
     if (s.ok()) {
       wal_bytes_ += changes.GetDataSize();
       writes_.fetch_add(changes.Count(), std::memory_order_relaxed);
@@ -703,51 +552,12 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   }
   if (!failed.ok()) {
     for (Outcome& o : outcomes) o = Outcome{failed, Fence{}, BatchFence{}};
-  } else if (deferred_) {
-    // In request order: a key changed twice keeps the later token. Its key
-    // is not needed after the decision: moved, not copied.
-    for (const auto& [key, token] : accepted) pending_.insert_or_assign(std::move(*key), token);
-    // Answered from the journal already: a refusal here (a stall, an
-    // error) only leaves the changes pending, for later or for the writer.
-    if (pending_.size() >= options_.apply_every) (void)ApplyPending(from_caller);
   }
   // A batch of big keys does not keep its buffer for the writes after it.
   if (changes.GetDataSize() > kKeptBatchBytes) changes_ = std::make_unique<rocksdb::WriteBatch>();
   batches_.fetch_add(1, std::memory_order_relaxed);
   requests_.fetch_add(batch.size(), std::memory_order_relaxed);
   return true;
-}
-
-Status RocksDbStore::ApplyPending(bool from_caller) {
-  if (pending_.empty()) return Status::Ok();
-  if (db_ == nullptr) return Status::IoError("token store is reopening after a write error");
-  rocksdb::WriteBatch& batch = *apply_;
-  batch.Clear();  // keeps its buffer
-  rocksdb::Status s;
-  for (const auto& [key, token] : pending_) {
-    s = batch.Put(key, EncodeToken(token));
-    if (!s.ok()) break;
-  }
-  if (s.ok()) {
-    rocksdb::WriteOptions wo;
-    wo.disableWAL = true;  // the journal has every change
-    wo.no_slowdown = from_caller;
-    s = db_->Write(wo, &batch);
-    if (from_caller && s.IsIncomplete()) return Status::Busy("RocksDB stalls writes");
-    db_writes_.fetch_add(1, std::memory_order_relaxed);
-  }
-  Status result;
-  if (s.ok()) {
-    pending_.clear();
-  } else {
-    write_errors_.fetch_add(1, std::memory_order_relaxed);
-    free_space_->Forget();
-    result = FromRocks(s, "token store write failed");
-    failed_ = true;
-    SetHealth(result);
-  }
-  if (batch.GetDataSize() > kKeptBatchBytes) apply_ = std::make_unique<rocksdb::WriteBatch>();
-  return result;
 }
 
 void RocksDbStore::ReaderLoop() {
@@ -760,25 +570,7 @@ void RocksDbStore::ReaderLoop() {
       if (read_queue_.empty()) return;  // closing, and everything answered
       pending.swap(read_queue_);
     }
-    if (deferred_) {
-      // Under the lane only to look at the pending changes: a key without
-      // one has its current token in RocksDB, read below without holding
-      // writes up.
-      AcquireLane();
-      for (ReadRequest& r : pending) {
-        if (auto it = pending_.find(std::string_view(r.key)); it != pending_.end()) {
-          r.pending = true;
-          r.value = it->second;
-        }
-      }
-      ReleaseLane();
-    }
     for (ReadRequest& r : pending) {
-      if (r.pending) {
-        pending_hits_.fetch_add(1, std::memory_order_relaxed);
-        r.handler(Status::Ok(), r.value);
-        continue;
-      }
       bool present = false;
       uint64_t value = 0;
       Status s = ReadToken(r.key, &present, &value, /*cache_only=*/false, /*on_lane=*/false);
@@ -816,18 +608,11 @@ Status RocksDbStore::Close() {
     // that was acknowledged is already as durable as the durability allows.
     std::lock_guard<std::mutex> lock(mu_);
     status = health_;
-  } else if (journal_ != nullptr) {
-    // Acknowledged writes may sit in the memtable with only the journal
-    // (page cache) behind them (under kSync every batch was synced before
-    // it was answered): flush them to table files, then the journal can go.
-    rocksdb::FlushOptions flush;
-    flush.wait = true;
-    flush.allow_write_stall = true;
-    status = FromRocks(db_->Flush(flush), "flushing the token store at close");
-    journal_->Rotate();
-    if (status.ok()) {
-      status = rocksdb_support::DeleteJournal(fs_.get(), options_.path, journal_->last_closed());
-    }
+  } else if (options_.durability == Durability::kAsync) {
+    // Under kAsync the newest WAL records may be in the page cache only
+    // (under kSync every batch was synced before it was answered): a clean
+    // stop leaves nothing a power loss could take.
+    status = FromRocks(db_->SyncWAL(), "syncing the token store's WAL at close");
   }
   if (db_ != nullptr) {
     Status closed = FromRocks(db_->Close(), "closing the token store");

@@ -6,70 +6,51 @@
 // value of any other size is reported as Corruption, never read as 0.
 //
 // Threads. The store owns two threads:
-//  - the writer thread owns every mutation. Advance/AdvanceAll/Raise
-//    enqueue a request and return at once; the writer drains up to max_batch queued requests,
-//    decides each one in queue order (a key changed earlier in the same
-//    batch is judged against the batch's pending value), commits all
-//    accepted changes with ONE rocksdb::WriteBatch and ONE DB::Write (with
-//    WriteOptions.sync under Durability::kSync: group commit, so concurrent
-//    advances share one fsync), and only after that Write returns invokes
-//    the handlers of the whole batch, in queue order. Because one thread
-//    decides all mutations, Advance is atomic per key without locks.
+//  - the writer thread owns every mutation. Advance/Raise/AdvanceAll enqueue
+//    a request and return at once; the writer drains up to max_batch queued
+//    requests, decides each one in queue order (a key changed earlier in
+//    the same batch is judged against the batch's pending value), commits
+//    all accepted changes with ONE rocksdb::WriteBatch and ONE DB::Write
+//    (with WriteOptions.sync under Durability::kSync: group commit, so
+//    concurrent advances share one fsync), and only after that Write
+//    returns invokes the handlers of the whole batch, in queue order.
+//    Because one thread decides all mutations, Advance is atomic per key
+//    without locks.
 //  - the reader thread serves Get, so a read never waits behind an fsync
 //    and never blocks the caller. A Get sees every Advance/Raise whose
 //    handler has run (and possibly ones whose fsync finished but whose
 //    handler has not run yet).
-//  - under Durability::kAsync only (decide_on_caller): an Advance/AdvanceAll/Raise made
+//  - under Durability::kAsync only (decide_on_caller): an Advance/Raise made
 //    while nothing is queued and nobody else is deciding is decided and
 //    committed on the caller's thread, and its handler runs there before
 //    the call returns (before the next request is decided, as the writer's
-//    handlers do: all handlers run in the order of the decisions). It saves the two thread hand-offs (writer wake-up,
-//    and the caller's own wake-up for the answer) that cost a fenced write
-//    more CPU than RocksDB's work does. It never waits for the disk: it
-//    reads RocksDB's memtable and block cache only
-//    (ReadOptions::read_tier = kBlockCacheTier) and writes with
-//    WriteOptions::no_slowdown; if the key is not cached or the write would
-//    stall, it decides and writes nothing and queues the request for the
-//    writer, ahead of anything queued meanwhile. Its log record is a copy
-//    into the journal's memory map (see "Durability" below): no system
-//    call but, now and then, a statvfs for the free-space check below and
-//    a new region of the map every 1 MiB. One
-//    holder at a time (the "lane") decides, so call order is kept exactly
-//    as with the writer alone. Requests made while a caller decides queue, and that caller
-//    then decides one batch of them too (under the same rules), so that
-//    under load the writer thread is not woken for them. Under kSync every
-//    request goes through the writer (group commit).
+//    handlers do: all handlers run in the order of the decisions). It saves
+//    the two thread hand-offs (writer wake-up, and the caller's own wake-up
+//    for the answer) that cost a fenced write more than RocksDB's work
+//    does. It never waits for the disk: it reads RocksDB's memtable and
+//    block cache only (ReadOptions::read_tier = kBlockCacheTier) and writes
+//    with WriteOptions::no_slowdown; if the key is not cached or the write
+//    would stall, it decides and writes nothing and queues the request for
+//    the writer, ahead of anything queued meanwhile. One holder at a time
+//    (the "lane") decides, so call order is kept exactly as with the
+//    writer alone. Requests made while a caller decides queue, and that
+//    caller then decides one batch of them too (under the same rules), so
+//    that under load the writer thread is not woken for them. Under kSync
+//    every request goes through the writer (group commit).
 //
-// Pending changes (kAsync only). Under kAsync a decision is final once
-// its record is in the journal, so the lane keeps the accepted changes in a
-// small map of its own, key -> token, and gives them to RocksDB's memtable
-// apply_every at a time, in one WriteBatch and one DB::Write (ApplyPending),
-// instead of one DB::Write per fenced write: most of what a Write costs is
-// fixed (RocksDB's write thread, sequence numbers, its test sync points,
-// which Debian's build keeps). Whoever holds the lane looks a key up in
-// the map before RocksDB (a key the map lacks has its current token in
-// RocksDB); the reader thread takes the lane to look in the map, then reads
-// RocksDB without it; ForEach and MemtableEntries take it to apply the
-// pending changes first. They also go to RocksDB before the memtable
-// switches (a journal segment is deleted only once every record in it
-// reached a flushed memtable), when the writer stops, and after a
-// recovery; a reopen replays the journal, which holds them, and empties
-// the map. The map holds only what RocksDB lacks: a map of every key
-// written lately was tried (session 32) and cost more than RocksDB's Get,
-// its entries being as cold as the memtable's, which the Get then warms
-// for the write.
-//
-// Durability. Under kSync every batch goes to RocksDB's WAL with
-// WriteOptions::sync (one fsync per batch). Under kAsync RocksDB's WAL is
-// off (WriteOptions::disableWAL) and each batch's bytes go first to the
-// journal (storage/journal.h: copied into a memory-mapped file, in the page
-// cache before the write is answered, so a killed process loses nothing
-// acknowledged). Every wal_bytes_per_flush bytes the writer thread closes
-// the journal's segment and switches the memtable; a closed segment is
-// deleted once RocksDB has flushed every memtable that held its records.
-// Open (and a reopen during recovery) replays what is left of the journal,
-// under either durability, flushes it and deletes it; a clean Close flushes
-// the memtables and deletes the journal.
+// Durability. Every batch goes to RocksDB's WAL: under kSync with
+// WriteOptions::sync (one fsync per batch, before any handler runs); under
+// kAsync without it: RocksDB appends the record to its WAL file with
+// write(2) before DB::Write returns, so it is in the page cache before the
+// write is answered and a killed process loses nothing acknowledged, while
+// a power loss loses what the kernel had not yet written back (Linux writes
+// dirty pages back within vm.dirty_expire_centisecs, 30 s by default). A
+// RocksDB WAL is appended with write(2) and cut only from its end, so a
+// crash leaves at worst one incomplete record at the tail, which recovery
+// drops (kTolerateCorruptedTailRecords). Every wal_bytes_per_flush bytes of
+// WAL the writer thread switches the memtable, so that RocksDB can drop
+// the WAL files it no longer needs. Open replays the WAL (RocksDB does), and
+// once replays what a journal of an earlier fencegate left (journal.h).
 //
 // Disk space. Before each write the writer checks that the data dir's file
 // system has rocksdb_support::kMinFreeBytes (4 MiB) free; below that the
@@ -80,13 +61,9 @@
 // about 2 us, a sixth to a tenth of what fencing adds to a write): see
 // FreeSpaceGuard.
 //
-// Failure. If DB::Write fails (under kAsync: the journal's append), every
-// handler of the batch gets the error (no request of the batch is accepted)
-// and Health() reports it until a write succeeds again. Under kAsync a
-// failed hand-over of the pending changes (ApplyPending) fails no request:
-// they were answered once the journal held them, stay pending (still read
-// and judged from the map) and go to RocksDB after the recovery; until
-// then, as after any failed write, new requests answer the error. The writer then recovers on its own, without a restart,
+// Failure. If DB::Write fails, every handler of the batch gets the error
+// (no request of the batch is accepted) and Health() reports it until a
+// write succeeds again. The writer then recovers on its own, without a restart,
 // once the disk does: before the next batch, and every recovery_interval
 // while idle (so Health() turns ok again even when no traffic arrives, for
 // example while a readiness probe keeps traffic away), it calls
@@ -128,7 +105,6 @@ namespace fencegate::storage {
 
 namespace rocksdb_support {
 class FreeSpaceGuard;
-class Journal;
 }  // namespace rocksdb_support
 
 struct RocksDbStoreOptions {
@@ -147,25 +123,14 @@ struct RocksDbStoreOptions {
   // The memtable takes rewrites of a key in place (rocksdb_support.cc), so
   // one holding few keys never fills and RocksDB would never flush it nor
   // drop a WAL file: the WAL, all of which a start replays, would grow with
-  // every write. After about this many bytes of WAL (under kAsync, of
-  // journal) since the last flush the writer thread switches the memtable
-  // (flushed in the background), and under kAsync starts a new journal
-  // segment.
+  // every write. After about this many bytes of WAL since the last flush
+  // the writer thread switches the memtable (flushed in the background).
   size_t wal_bytes_per_flush = 16u << 20;
   // The memtable is a hash of linked lists with this many buckets, keyed
   // by the whole key (rocksdb_support.cc), instead of RocksDB's default
   // skiplist: a fenced write's Get and in-place Put each find the key by
   // its hash. 0 = the skiplist.
   size_t memtable_buckets = 1u << 16;
-  // kAsync's pending changes (see "Pending changes" above) go to RocksDB,
-  // in one write, once this many keys have one; callers stop deciding (the
-  // writer does) while 16 times as many wait, which happens only while
-  // RocksDB refuses the write (a stall, an error). The write that makes
-  // them this many waits for that write, one write in apply_every when
-  // every key differs: more than 1 in 100 either way, so the 99th
-  // percentile moves by what that write takes, about 10 us at 16 and 45 us
-  // at 64 (0.298 -> 0.31 ms and 0.234 -> 0.28 ms at one connection, s32).
-  size_t apply_every = 16;
 };
 
 // Counters for benchmarks and tests; each is monotonic since Open.
@@ -173,15 +138,12 @@ struct StoreStats {
   uint64_t requests = 0;      // Advance/AdvanceAll/Raise requests decided
   uint64_t batches = 0;       // writer batches (one per drain of the queue)
   uint64_t writes = 0;        // key records written (accepted changes)
-  // DB::Write calls: at most one per batch under kSync; under kAsync one
-  // per ApplyPending (apply_every changes, or fewer before a switch).
-  uint64_t db_writes = 0;
+  uint64_t db_writes = 0;      // DB::Write calls: at most one per batch
   uint64_t syncs = 0;         // DB::Write calls with sync=true that succeeded
   uint64_t write_errors = 0;  // DB::Write calls that failed
   uint64_t reopens = 0;       // database reopened to recover from an error
   uint64_t caller_decided = 0;  // requests decided on the caller's thread
   uint64_t flushes = 0;  // memtable flushes asked for by wal_bytes_per_flush
-  uint64_t pending_hits = 0;  // kAsync: decisions and reads a pending change answered
 };
 
 class RocksDbStore : public TokenStore {
@@ -213,9 +175,9 @@ class RocksDbStore : public TokenStore {
   // See token_store.h. Same thread and durability as Advance: one request
   // of the writer's queue (or one decision on the caller's thread), decided
   // against the values of the requests before it in the same batch, its
-  // changes in the batch's one WriteBatch (under kAsync, the journal's one
-  // record). On the caller's thread every item's key must be in RocksDB's
-  // memtable or block cache (or pending), else the writer decides it.
+  // changes in the batch's one WriteBatch. On the caller's thread every
+  // item's key must be in RocksDB's memtable or block cache, else the
+  // writer decides it.
   void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
 
   // See token_store.h. Same thread and durability as Advance.
@@ -240,17 +202,15 @@ class RocksDbStore : public TokenStore {
   StoreStats stats() const;
 
   // Entries in the memtable being filled (RocksDB's
-  // rocksdb.num-entries-active-mem-table), after the pending changes went
-  // in: one per key written since the last switch when rewrites take the
-  // key's place. 0 while closed. For tests and benchmarks; thread-safe,
-  // waits for the lane (never call it from a store handler).
+  // rocksdb.num-entries-active-mem-table): one per key written since the
+  // last switch when rewrites take the key's place. 0 while closed. For
+  // tests and benchmarks; thread-safe.
   uint64_t MemtableEntries();
 
   // Calls visit(key, token) for every stored key, in byte order of the keys,
   // from a consistent snapshot of the database; stops early (still ok) when
   // visit returns false. Runs on the caller's thread and BLOCKS on disk
-  // reads and on the lane (the pending changes go to RocksDB first): meant
-  // for offline tools (fencegate export), never for an I/O thread or a
+  // reads: meant for offline tools (fencegate export), never for an I/O thread or a
   // store handler. Thread-safe. A stored value that is not 8 bytes stops
   // the scan with Corruption; an I/O error stops it with that error.
   using Visitor = std::function<bool(const std::string& key, uint64_t token)>;
@@ -280,19 +240,9 @@ class RocksDbStore : public TokenStore {
   struct ReadRequest {
     std::string key;
     GetHandler handler;
-    bool pending = false;  // a pending change answered (reader thread)
-    uint64_t value = 0;
   };
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
-  };
-  // key -> the token RocksDB lacks; looked up by string_view.
-  using PendingChanges = std::unordered_map<std::string, uint64_t, KeyHash, std::equal_to<>>;
 
-  RocksDbStore(const RocksDbStoreOptions& options,
-               std::shared_ptr<rocksdb::FileSystem> fs, uint64_t journal_index,
-               std::unique_ptr<rocksdb::DB> db);
+  RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::DB> db);
 
   // batch: an AdvanceAll (key, token and handler are then empty).
   void Enqueue(bool raise, std::string key, uint64_t token, FenceHandler handler,
@@ -324,31 +274,15 @@ class RocksDbStore : public TokenStore {
   Status ReadToken(const std::string& key, bool* present, uint64_t* value,
                    bool cache_only, bool on_lane) const;
   void SetHealth(Status status);
-  // Lane only, kAsync: gives the pending changes to RocksDB in one write.
-  // from_caller: never waits for a stall (Busy; the writer applies them
-  // later). A failed write keeps them pending, sets failed_ and returns the
-  // error. Ok when none is left.
-  Status ApplyPending(bool from_caller);
-  // From a thread that is not a lane holder or a store handler: waits for
-  // the lane and takes it / lets it go (waking the writer if work waits).
-  void AcquireLane();
-  void ReleaseLane();
   // Under mu_, as the lane is let go: wakes whoever must run next.
   // Returns whether the writer must be woken (the caller notifies it after
   // unlocking).
   bool LaneReleasedLocked();
   // Holding the lane, on the writer thread: switches the memtable when
-  // wal_bytes_per_flush bytes went to the WAL since the last switch, and
-  // under kAsync starts a new journal segment first.
+  // wal_bytes_per_flush bytes went to the WAL since the last switch.
   void FlushIfDue();
-  // Writer thread (the lane is not needed): deletes the journal segments up
-  // to journal_switched_upto_ once RocksDB has flushed their memtables.
-  void DeleteFlushedJournal();
 
   const RocksDbStoreOptions options_;
-  // The file system under the database (options.env's, or the default);
-  // the journal's segments are written and replayed through it.
-  const std::shared_ptr<rocksdb::FileSystem> fs_;
 
   // DB methods are thread-safe; the pointer itself changes only while the
   // lane is held (the writer's reopen during recovery) and in Close() after
@@ -370,12 +304,6 @@ class RocksDbStore : public TokenStore {
   // request (decide_on_caller); one holder at a time, so Advance/Raise stay
   // decided in call order and db_ changes under one owner.
   bool lane_busy_ = false;                // guarded by mu_
-  // Threads waiting in AcquireLane; while any wait, callers queue rather
-  // than take the lane, so that the waiter gets it.
-  int lane_waiters_ = 0;                  // guarded by mu_
-  std::condition_variable lane_cv_;
-  // A caller could not apply the pending changes (a stall): the writer does.
-  bool apply_due_ = false;                // guarded by mu_
   const bool decide_on_caller_;  // decide_on_caller under kAsync
   // A caller's write passed wal_bytes_per_flush: the writer flushes.
   bool flush_due_ = false;                // guarded by mu_
@@ -389,22 +317,11 @@ class RocksDbStore : public TokenStore {
   std::atomic<bool> failed_{false};  // the last write failed; recover first
   // The free-space check before each write; used only by the lane's holder.
   std::unique_ptr<rocksdb_support::FreeSpaceGuard> free_space_;
-  // Bytes written to the WAL (the journal under kAsync) since the last
-  // memtable switch; lane only.
+  // Bytes written to the WAL since the last memtable switch; lane only.
   uint64_t wal_bytes_ = 0;
-  // Under kAsync, the journal (null under kSync); lane only.
-  std::unique_ptr<rocksdb_support::Journal> journal_;
-  // Segments up to this index had all their records in memtables that a
-  // switch made immutable: deleted once no immutable memtable is left
-  // (RocksDB flushed them all); 0 when none wait. Writer thread only.
-  uint64_t journal_switched_upto_ = 0;
   // The batch Decide fills, kept between batches so that its buffer is
   // not allocated (and grown) again for every write; lane only.
   std::unique_ptr<rocksdb::WriteBatch> changes_;
-  // kAsync's pending changes (see "Pending changes"); lane only.
-  const bool deferred_;
-  PendingChanges pending_;
-  std::unique_ptr<rocksdb::WriteBatch> apply_;  // ApplyPending's batch, kept
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> batches_{0};
@@ -415,7 +332,6 @@ class RocksDbStore : public TokenStore {
   std::atomic<uint64_t> reopens_{0};
   std::atomic<uint64_t> caller_decided_{0};
   std::atomic<uint64_t> flushes_{0};
-  std::atomic<uint64_t> pending_hits_{0};
 
   std::thread writer_;  // started last, joined in Close()
   std::thread reader_;

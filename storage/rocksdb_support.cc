@@ -19,6 +19,17 @@
 namespace fencegate::storage::rocksdb_support {
 namespace {
 
+// What to do about a damaged store without letting stale writes through:
+// any store that starts in its place (a backup, an empty one) holds older
+// tokens than the clients' locks have issued, so every key must be raised
+// first.
+constexpr std::string_view kRestoreAdvice =
+    "To start on a backup or an empty directory instead, raise every key to at "
+    "least the newest token your lock service has issued before any client "
+    "writes (fencegate import with the lock service's current counters, or "
+    "POST /v1/keys/{key}/fence for each key): an older store would let the "
+    "writes of holders that have lost their locks through";
+
 // RocksDB reports a held LOCK file as a plain IOError naming the file, both
 // for another process ("While lock file: .../LOCK: Resource temporarily
 // unavailable") and for this one ("lock hold by current process").
@@ -36,8 +47,9 @@ Status OpenError(const rocksdb::Status& s, const std::string& path) {
   if (s.IsCorruption()) {
     return Status::Corruption(
         "token store at " + path + " is damaged (" + s.ToString() +
-        "); fencegate will not start over it. Restore the directory from a "
-        "backup; starting empty would forget every accepted token");
+        "); fencegate will not start over it: starting empty, or from what "
+        "is readable, would forget accepted tokens. Keep the directory as it is. " +
+        std::string(kRestoreAdvice));
   }
   Status st = FromRocks(s, "cannot open token store at " + path);
   if (st.code() == Status::Code::kIoError) {
@@ -79,8 +91,7 @@ Status CheckNotPartial(const std::string& path) {
         "data dir " + path + " holds token store files (" + rocks_file +
         ") but no CURRENT file: the store is damaged or was only partly "
         "created. Refusing to create an empty store over it, which would "
-        "forget every accepted token; restore it from a backup, or move it "
-        "aside if starting empty is really intended");
+        "forget every accepted token. " + std::string(kRestoreAdvice));
   }
   if (ec) {
     return Status::IoError("cannot list data dir " + path + ": " +

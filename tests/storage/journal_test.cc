@@ -1,5 +1,6 @@
-// The journal (storage/journal.h): its records, what a crash can leave of
-// them, and its replay through the store.
+// The journal an earlier fencegate kept under async durability
+// (storage/journal.h): its records, what a crash can leave of them, and
+// their replay when the store opens.
 
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/crc.hpp>
 #include <gtest/gtest.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/write_batch.h>
@@ -43,15 +45,29 @@ void WriteAll(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
-// Writes `payloads` as the records of segment `index` of dir, closes it,
-// and returns its bytes.
+// One record as that fencegate wrote it: length and CRC-32C (of the
+// length's bytes and the payload), little-endian, then the payload.
+std::string Record(const std::string& payload) {
+  std::string r(kJournalHeaderBytes, '\0');
+  const auto length = static_cast<uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) r[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(r.data(), 4);
+  crc.process_bytes(payload.data(), payload.size());
+  const uint32_t sum = crc.checksum();
+  for (int i = 0; i < 4; ++i) r[4 + i] = static_cast<char>((sum >> (8 * i)) & 0xff);
+  return r + payload;
+}
+
+// Writes `payloads` as the records of segment `index` of dir and returns
+// its bytes.
 std::string WriteSegment(const std::string& dir, uint64_t index,
                          const std::vector<std::string>& payloads) {
-  Journal journal(rocksdb::FileSystem::Default(), dir, index);
-  for (const std::string& p : payloads) EXPECT_TRUE(journal.Append(p).ok());
-  journal.Rotate();
-  EXPECT_EQ(journal.last_closed(), index);
-  return ReadAll(dir + "/" + JournalFileName(index));
+  std::string bytes;
+  for (const std::string& p : payloads) bytes += Record(p);
+  WriteAll(dir + "/" + JournalFileName(index), bytes);
+  EXPECT_EQ(ReadAll(dir + "/" + JournalFileName(index)), bytes);
+  return bytes;
 }
 
 std::vector<std::string> Parse(const std::string& bytes, Status* status) {
@@ -111,6 +127,51 @@ TEST(JournalTest, ARecordCutShortAtTheEndIsDropped) {
   EXPECT_TRUE(s.ok());
 }
 
+// What a kill can leave when the interrupted record is larger than a few
+// hundred bytes: glibc's memcpy stores such a copy's first bytes (the
+// record's length and checksum) last, so the header is still zero while
+// payload bytes follow it, up to the page the kill stopped the copy at.
+// Nothing was acknowledged after it: the records before it are read and
+// the segment opens.
+TEST(JournalTest, AnInterruptedRecordWithItsHeaderUnwrittenIsDropped) {
+  TempDir dir;
+  const std::vector<std::string> payloads = {Batch({{"a", 1}}),
+                                             Batch({{std::string(1000, 'k'), 2}})};
+  const std::string whole = Record(payloads[0]);
+  const std::string torn = Record(payloads[1]);
+  for (size_t written : {size_t{64}, size_t{200}, torn.size()}) {
+    // Zero header, then the payload bytes up to `written`, then zeros to
+    // the end of a 4 KiB page.
+    std::string bytes = whole + std::string(kJournalHeaderBytes, '\0') +
+                        torn.substr(kJournalHeaderBytes, written - kJournalHeaderBytes);
+    bytes.resize(4096, '\0');
+    Status s;
+    EXPECT_EQ(Parse(bytes, &s), std::vector<std::string>{payloads[0]}) << written;
+    EXPECT_TRUE(s.ok()) << written << ": " << s.ToString();
+  }
+}
+
+// The same through a start: the store opens with the whole records' tokens.
+TEST(JournalTest, AStartReplaysASegmentAKillInterrupted) {
+  TempDir dir;
+  {
+    auto store = OpenRocks(dir.path());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  const std::string key(1000, 'k');
+  std::string bytes = Record(Batch({{"a", 7}})) + std::string(kJournalHeaderBytes, '\0') +
+                      Record(Batch({{key, 9}})).substr(kJournalHeaderBytes);
+  bytes.resize(8192, '\0');
+  WriteAll(dir.Sub(JournalFileName(3)), bytes);
+  auto store = OpenRocks(dir.path(), Durability::kAsync);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(GetSync(*store, "a").value, std::optional<uint64_t>(7));
+  EXPECT_EQ(GetSync(*store, key).value, std::nullopt);  // never acknowledged
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub(JournalFileName(3))));
+  ASSERT_TRUE(store->Close().ok());
+}
+
 // Damage followed by records: those records were acknowledged, so the
 // journal is refused instead of being read up to the damage.
 TEST(JournalTest, DamageBeforeMoreRecordsIsCorruption) {
@@ -130,6 +191,14 @@ TEST(JournalTest, DamageBeforeMoreRecordsIsCorruption) {
     EXPECT_NE(s.message().find("damaged at byte " + std::to_string(second)), std::string::npos)
         << s.ToString();
   }
+  // An interrupted record's payload behind a zero header, then a whole
+  // record: not what a crash leaves.
+  std::string torn = Record(payloads[0]) + std::string(kJournalHeaderBytes, '\0') +
+                     Record(Batch({{std::string(600, 'k'), 2}})).substr(kJournalHeaderBytes) +
+                     Record(payloads[2]);
+  Status s;
+  Parse(torn, &s);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
 }
 
 // A journal left by a killed async run is replayed by a start under either
@@ -175,6 +244,10 @@ TEST(JournalTest, AStartRefusesAJournalDamagedInTheMiddle) {
   EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find(JournalFileName(1)), std::string::npos) << s.ToString();
   EXPECT_TRUE(std::filesystem::exists(dir.Sub(JournalFileName(1)))) << "kept for the operator";
+  // The advice never loses tokens: moving the segment aside comes with
+  // raising every key past the newest token issued.
+  EXPECT_NE(s.message().find("raise every key"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.message().find("Restore the data dir from a backup"), std::string::npos);
 }
 
 // A data dir with a journal but no CURRENT is a damaged store, never a new one.

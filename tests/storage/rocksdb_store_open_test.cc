@@ -2,9 +2,7 @@
 // corrupt values, partial or damaged directories, a writer killed mid-run.
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <spawn.h>
-#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -151,8 +149,7 @@ uint64_t KilledWriterToken(int round, int i) {
 // Not a test on its own: the child half of
 // AsyncWritesSurviveTheProcessBeingKilled. Takes two rounds of
 // kKilledWriterKeys tokens under async durability, with a memtable switch
-// (and a new journal segment) every 16 KiB, says whether its journal is
-// mapped into memory and how many switches there were, and is killed
+// every 16 KiB of WAL, says how many switches there were, and is killed
 // (SIGKILL) without closing the store.
 TEST(RocksDbStoreOpenTest, KilledWriterChild) {
   const char* dir = std::getenv(kKilledWriterEnv);
@@ -169,46 +166,17 @@ TEST(RocksDbStoreOpenTest, KilledWriterChild) {
       ASSERT_TRUE(AdvanceSync(*store, KilledWriterKey(i), token).fence.accepted) << i;
     }
   }
-  std::ifstream maps("/proc/self/maps");
-  bool mapped = false;
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find(dir) != std::string::npos && line.ends_with(".journal")) mapped = true;
-  }
-  std::printf("%s flushes=%llu\n", mapped ? "journal-mapped" : "journal-not-mapped",
-              static_cast<unsigned long long>(store->stats().flushes));
+  std::printf("flushes=%llu\n", static_cast<unsigned long long>(store->stats().flushes));
   std::fflush(stdout);
   raise(SIGKILL);
 }
 
-// Whether RocksDB's POSIX file system maps files for writing on the file
-// system of `path`: it needs fast preallocation and asks statfs for one of
-// these (elsewhere it writes the journal with write(2), and this test checks
-// only that the tokens survive).
-bool MapsWritesOn(const std::string& path) {
-  struct statfs fs {};
-  if (statfs(path.c_str(), &fs) != 0) return false;
-  return fs.f_type == EXT4_SUPER_MAGIC || fs.f_type == XFS_SUPER_MAGIC ||
-         fs.f_type == TMPFS_MAGIC;
-}
-
-std::vector<std::filesystem::path> JournalFiles(const std::string& dir) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() == ".journal") files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-// Async durability writes each batch to the journal (storage/journal.h)
-// through a memory map and RocksDB's WAL not at all: a process killed right
-// after its writes were acknowledged leaves every record in the page cache,
-// and the rest of the mapped region as zeros at the open segment's end. A
-// new start replays what the switches had not yet flushed, ignores the
-// zeros, and deletes the journal.
+// Async durability writes each batch to RocksDB's WAL without an fsync:
+// the record is in the page cache (write(2)) before the write is
+// acknowledged, so a process killed right after its writes leaves every
+// one of them for the next start, memtable switches or not.
 TEST(RocksDbStoreOpenTest, AsyncWritesSurviveTheProcessBeingKilled) {
   TempDir dir;
-  const bool mapped = MapsWritesOn(dir.path());
   Child child = SpawnSelf("RocksDbStoreOpenTest.KilledWriterChild",
                           std::string(kKilledWriterEnv) + "=" + dir.path());
   ASSERT_GT(child.pid, 0);
@@ -218,29 +186,14 @@ TEST(RocksDbStoreOpenTest, AsyncWritesSurviveTheProcessBeingKilled) {
   int wstatus = 0;
   ASSERT_EQ(waitpid(child.pid, &wstatus, 0), child.pid);
   ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << out;
-  EXPECT_NE(out.find(mapped ? "journal-mapped" : "journal-not-mapped"), std::string::npos) << out;
-  if (!mapped) std::printf("the temp dir's file system is not mapped for writes: no map to check\n");
   const size_t flushes_at = out.find("flushes=");
   ASSERT_NE(flushes_at, std::string::npos) << out;
-  EXPECT_GE(std::stoull(out.substr(flushes_at + 8)), 5u) << out;
-
-  // The crash left the open segment as the map wrote it: records, then zeros.
-  std::vector<std::filesystem::path> journal = JournalFiles(dir.path());
-  ASSERT_FALSE(journal.empty());
-  std::string bytes;
-  {
-    std::ifstream in(journal.back(), std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  ASSERT_GE(bytes.size(), 4096u);
-  if (mapped) {
-    EXPECT_EQ(bytes.find_first_not_of('\0', bytes.size() - 4096), std::string::npos)
-        << "the journal does not end in the mapped region's zeros";
-  }
+  // Switches happened (the flushes run in the background and may not
+  // have finished when the kill came): the WAL of several memtables.
+  EXPECT_GE(std::stoull(out.substr(flushes_at + 8)), 3u) << out;
 
   auto store = OpenRocks(dir.path(), Durability::kAsync);
   ASSERT_NE(store, nullptr);
-  EXPECT_TRUE(JournalFiles(dir.path()).empty()) << "the replayed journal is still there";
   for (int i = 0; i < kKilledWriterKeys; ++i) {
     ASSERT_EQ(GetSync(*store, KilledWriterKey(i)).value,
               std::optional<uint64_t>(KilledWriterToken(1, i)))

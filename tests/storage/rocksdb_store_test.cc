@@ -297,15 +297,15 @@ TEST(RocksDbStoreTest, AsyncAdvanceWhileIdleIsDecidedOnTheCallersThread) {
 
 // A few keys rewritten many times: the memtable rewrites them in place and
 // never fills, so the store's own WAL limit (wal_bytes_per_flush, 16 MiB) is
-// what switches it and lets the old WAL (under async: journal segments) go. Without it the WAL, all of which
-// a start after a crash replays, grew with every write (to 62 MB here).
+// what switches it and lets the old WAL go. Without it the WAL, all of
+// which a start after a crash replays, grew with every write (to 62 MB
+// here).
 TEST(RocksDbStoreTest, RewritingAFewKeysKeepsTheWalBounded) {
   TempDir dir;
   auto wal_bytes = [&dir] {
     uintmax_t total = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
-      // RocksDB's WAL, and the journal that replaces it under async.
-      if (e.path().extension() == ".log" || e.path().extension() == ".journal") {
+      if (e.path().extension() == ".log") {  // RocksDB's WAL
         total += e.file_size();
       }
     }
@@ -340,63 +340,14 @@ TEST(RocksDbStoreTest, RewritingAFewKeysKeepsTheWalBounded) {
   }
 }
 
-std::unique_ptr<RocksDbStore> OpenAsyncApplyingEvery(const std::string& path,
-                                                     size_t apply_every) {
-  RocksDbStoreOptions options;
-  options.path = path;
-  options.durability = Durability::kAsync;
-  options.apply_every = apply_every;
-  std::unique_ptr<RocksDbStore> store;
-  Status s = RocksDbStore::Open(options, &store);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return store;
-}
-
-// Under async durability a decision is final once the journal holds it:
-// the pending change answers for it (decisions and reads) and RocksDB gets
-// the changes apply_every at a time, in one write.
-TEST(RocksDbStoreTest, AsyncChangesReachRocksDbInBatchesAndAreReadBefore) {
-  TempDir dir;
-  {
-    auto store = OpenAsyncApplyingEvery(dir.path(), /*apply_every=*/8);
-    ASSERT_NE(store, nullptr);
-    for (int i = 0; i < 7; ++i) {
-      ASSERT_TRUE(AdvanceSync(*store, "/c/" + std::to_string(i), 10).fence.accepted) << i;
-    }
-    EXPECT_EQ(store->stats().writes, 7u);
-    EXPECT_EQ(store->stats().db_writes, 0u) << "a change went to RocksDB on its own";
-    // Not in RocksDB yet, and read (reader thread) and judged all the same.
-    EXPECT_EQ(GetSync(*store, "/c/3").value, std::optional<uint64_t>(10));
-    EXPECT_EQ(GetSync(*store, "/c/7").value, std::nullopt);
-    auto stale = AdvanceSync(*store, "/c/3", 9);
-    EXPECT_FALSE(stale.fence.accepted);
-    EXPECT_EQ(stale.fence.current, 10u);
-    EXPECT_TRUE(AdvanceSync(*store, "/c/3", 11).fence.accepted);
-    EXPECT_GE(store->stats().pending_hits, 3u);
-    EXPECT_EQ(store->stats().db_writes, 0u);
-    // The eighth key makes eight changes waiting: one write takes them.
-    ASSERT_TRUE(AdvanceSync(*store, "/c/7", 10).fence.accepted);
-    EXPECT_EQ(store->stats().db_writes, 1u);
-    EXPECT_EQ(store->MemtableEntries(), 8u);
-    ASSERT_TRUE(AdvanceSync(*store, "/c/0", 12).fence.accepted);  // waits again
-    ASSERT_TRUE(store->Close().ok());  // gives it to RocksDB, flushes
-  }
-  auto reopened = OpenRocks(dir.path(), Durability::kAsync);
-  ASSERT_NE(reopened, nullptr);
-  EXPECT_EQ(GetSync(*reopened, "/c/0").value, std::optional<uint64_t>(12));
-  EXPECT_EQ(GetSync(*reopened, "/c/3").value, std::optional<uint64_t>(11));
-  EXPECT_EQ(GetSync(*reopened, "/c/7").value, std::optional<uint64_t>(10));
-}
-
-// Once RocksDB took a key's pending change, the key is judged, read and
-// exported from RocksDB, with its latest token (keys changed three times,
-// four changes to a write).
-TEST(RocksDbStoreTest, KeysWhoseChangesRocksDbTookAreJudgedFromIt) {
+// Under async durability too, a key is judged, read and exported with its
+// latest token, and a clean stop keeps them all (keys changed three times).
+TEST(RocksDbStoreTest, AsyncKeysAreJudgedReadAndExportedWithTheirLatestToken) {
   TempDir dir;
   constexpr int kKeys = 100;
   auto key = [](int i) { return "/d/" + std::to_string(i); };
   {
-    auto store = OpenAsyncApplyingEvery(dir.path(), /*apply_every=*/4);
+    auto store = OpenRocks(dir.path(), Durability::kAsync);
     ASSERT_NE(store, nullptr);
     for (uint64_t round = 1; round <= 3; ++round) {
       for (int i = 0; i < kKeys; ++i) {
