@@ -343,7 +343,16 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
       boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
       std::move(handler));
   p->several = std::make_unique<PendingFence::SeveralKeys>();
-  p->several->extra_keys = intent.extra_keys;
+  // Classify gives distinct keys. A repeat is dropped rather than trusted:
+  // in the queue the write would wait behind itself, holding its key for
+  // ever.
+  std::vector<std::string>& extra_keys = p->several->extra_keys;
+  for (const std::string& extra : intent.extra_keys) {
+    if (extra != intent.key &&
+        std::find(extra_keys.begin(), extra_keys.end(), extra) == extra_keys.end()) {
+      extra_keys.push_back(extra);
+    }
+  }
   // As Check's on_answer, with the verdict on every key.
   auto on_answer = [raw = p.get()](const storage::Status& status, storage::BatchFence batch) {
     std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
@@ -370,14 +379,14 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
   // No relay (handoff.h): a write of several keys is rare, and sent by its
   // own session once it has every turn.
   std::vector<storage::KeyToken> items;
-  items.reserve(1 + intent.extra_keys.size());
+  items.reserve(1 + extra_keys.size());
   items.push_back({intent.key, intent.token});
-  for (const std::string& extra : intent.extra_keys) items.push_back({extra, intent.token});
+  for (const std::string& extra : extra_keys) items.push_back({extra, intent.token});
   auto advance = [this, &items, &on_answer, &p] {
     p->until_answered = p;
     store_.AdvanceAll(std::move(items), on_answer);
   };
-  queue_.AcquireAll(intent.key, intent.extra_keys, p->executor, std::move(on_turn),
+  queue_.AcquireAll(intent.key, extra_keys, p->executor, std::move(on_turn),
                     /*bounded=*/!intent.shadow, [&advance] { advance(); });
 }
 
