@@ -23,9 +23,10 @@
 //    while nothing is queued and nobody else is deciding is decided and
 //    committed on the caller's thread, and its handler runs there before
 //    the call returns (before the next request is decided, as the writer's
-//    handlers do: all handlers run in the order of the decisions). It saves the two thread hand-offs (writer wake-up,
-//    and the caller's own wake-up for the answer) that cost a fenced write
-//    more CPU than RocksDB's work does. It never waits for the disk: it
+//    handlers do: all handlers run in the order of the decisions). It
+//    saves the two thread hand-offs (writer wake-up, and the caller's own
+//    wake-up for the answer) that cost a fenced write more CPU than
+//    RocksDB's work does. It never waits for the disk: it
 //    reads RocksDB's memtable and block cache only
 //    (ReadOptions::read_tier = kBlockCacheTier) and writes with
 //    WriteOptions::no_slowdown; if the key is not cached or the write would
