@@ -328,7 +328,6 @@ struct PendingFence {
                boost::asio::any_io_executor ex, FenceFilter::Handler h)
       : filter(f),
         key(intent.key),
-        extra_keys(intent.extra_keys),  // empty, nothing allocated, for one key
         token(intent.token),
         shadow(intent.shadow),
         executor(std::move(ex)),
@@ -336,7 +335,6 @@ struct PendingFence {
 
   FenceFilter& filter;
   const std::string key;
-  const std::vector<std::string> extra_keys;
   const uint64_t token;
   const bool shadow;
   // Tracks outstanding work: the io_context keeps running until the verdict
@@ -350,10 +348,17 @@ struct PendingFence {
   bool delivered = false;    // guarded by mu; Deliver ran or is posted
   storage::Status status;    // guarded by mu until delivered
   storage::Fence fence;      // guarded by mu until delivered
-  // Several keys: the store's BatchFence, `fence` being its verdict and the
-  // current value of the key it names (the first stale one, else `key`).
-  std::vector<uint64_t> currents;  // per key (key, then extra_keys); guarded as fence
-  size_t stale = 0;                // index of the refused key; guarded as fence
+  // A write of several keys (CheckSeveral): what one key's write does not
+  // need, apart, so that its PendingFence stays as it was.
+  struct SeveralKeys {
+    std::vector<std::string> extra_keys;  // set before the store call, then read only
+    // The store's BatchFence, `fence` holding its verdict and the current
+    // value of the key it names (the first stale one, else `key`). Guarded
+    // as `fence` is.
+    std::vector<uint64_t> currents;  // per key: key, then extra_keys
+    size_t stale = 0;                // index of the refused key
+  };
+  std::unique_ptr<SeveralKeys> several;  // null for one key
   // Check's relay: written, without mu, on the thread that hands the key on,
   // before the turn is posted; read by Deliver, which runs after that turn.
   std::optional<HandedConnection> handed;
@@ -369,7 +374,7 @@ struct PendingFence {
   // key's turn: nothing will be forwarded. Shadow mode forwards those too.
   bool RefusedLocked() const { return !shadow && (!status.ok() || !fence.accepted); }
 
-  const std::string& KeyAt(size_t i) const { return i == 0 ? key : extra_keys[i - 1]; }
+  const std::string& KeyAt(size_t i) const { return i == 0 ? key : several->extra_keys[i - 1]; }
 
   // On the executor, once delivered was set: builds the verdict and runs the
   // handler. After `delivered`, no other thread touches the fields it reads.
@@ -384,13 +389,13 @@ struct PendingFence {
       v.reply = MakeStoreError(status);
     } else if (!fence.accepted) {
       v.outcome = "stale";
-      v.reply = MakeStale(KeyAt(stale), token, fence.current);
+      v.reply = MakeStale(KeyAt(several ? several->stale : 0), token, fence.current);
     } else if (fenced > 0) {
       // Accepted before an admin fence that was decided while it waited:
       // the fence is a barrier (SPEC section 6), so it never goes.
       const size_t i = fenced - 1;
       const KeyLease& held = i == 0 ? v.lease : v.lease.more()[i - 1];
-      const uint64_t stored = currents.empty() ? fence.current : currents[i];
+      const uint64_t stored = several ? several->currents[i] : fence.current;
       v.current = std::max(held.floor(), stored);
       v.outcome = "stale";
       v.reply = MakeStale(KeyAt(i), token, v.current);
@@ -422,32 +427,36 @@ struct PendingFence {
   }
 };
 
-// The key's turn (every key's, for a write of several), on the executor.
-void OnTurn(const std::shared_ptr<PendingFence>& p, KeyLease lease) {
-  if (!lease.held()) {
-    // Too many writes already wait for this key (enforce mode only:
-    // shadow mode never refuses, SPEC 5, so its writes always queue). No
-    // Advance was made for this write.
-    FenceVerdict v;
-    v.outcome = "overloaded";
-    Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
-                        "too many writes are waiting for this key (limits."
-                        "max_waiting_per_key = " +
-                            std::to_string(p->filter.max_waiting_per_key()) + "); retry later",
-                        {{"key", p->key}});
-    r.set(http::field::retry_after, "1");
-    v.reply = std::move(r);
-    FenceFilter::Handler h = std::move(p->handler);
-    return h(std::move(v));
-  }
-  {
-    std::lock_guard lock(p->mu);
-    if (p->delivered) return;  // refused already; `lease` hands the key on
-    p->lease = std::move(lease);
-    if (!p->answered) return;  // the store's answer delivers
-    p->delivered = true;
-  }
-  p->Deliver();  // already on the executor
+// The handler of the key's turn (every key's, for a write of several), on
+// the executor. A lambda, not a function it calls: std::function's invoker
+// then holds the whole turn, as one key's write had it before.
+auto OnTurnOf(std::shared_ptr<PendingFence> pending) {
+  return [p = std::move(pending)](KeyLease lease) {
+    if (!lease.held()) {
+      // Too many writes already wait for this key (enforce mode only:
+      // shadow mode never refuses, SPEC 5, so its writes always queue). No
+      // Advance was made for this write.
+      FenceVerdict v;
+      v.outcome = "overloaded";
+      Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
+                          "too many writes are waiting for this key (limits."
+                          "max_waiting_per_key = " +
+                              std::to_string(p->filter.max_waiting_per_key()) + "); retry later",
+                          {{"key", p->key}});
+      r.set(http::field::retry_after, "1");
+      v.reply = std::move(r);
+      FenceFilter::Handler h = std::move(p->handler);
+      return h(std::move(v));
+    }
+    {
+      std::lock_guard lock(p->mu);
+      if (p->delivered) return;  // refused already; `lease` hands the key on
+      p->lease = std::move(lease);
+      if (!p->answered) return;  // the store's answer delivers
+      p->delivered = true;
+    }
+    p->Deliver();  // already on the executor
+  };
 }
 
 }  // namespace
@@ -479,7 +488,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   };
 
   // The key's turn: on the executor.
-  auto on_turn = [p](KeyLease lease) { OnTurn(p, std::move(lease)); };
+  auto on_turn = OnTurnOf(p);
 
   // Steps 3 and 4 overlap: the Advance is enqueued as soon as the write has
   // its place in the key's queue, under the queue's lock, so that the store
@@ -529,6 +538,17 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
       *this, intent,
       boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
       std::move(handler));
+  p->several = std::make_unique<PendingFence::SeveralKeys>();
+  // Classify gives distinct keys. A repeat is dropped rather than trusted:
+  // in the queue the write would wait behind itself, holding its key for
+  // ever.
+  std::vector<std::string>& extra_keys = p->several->extra_keys;
+  for (const std::string& extra : intent.extra_keys) {
+    if (extra != intent.key &&
+        std::find(extra_keys.begin(), extra_keys.end(), extra) == extra_keys.end()) {
+      extra_keys.push_back(extra);
+    }
+  }
   // As Check's on_answer, with the verdict on every key.
   auto on_answer = [raw = p.get()](const storage::Status& status, storage::BatchFence batch) {
     std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
@@ -536,10 +556,11 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
       std::lock_guard lock(p->mu);
       p->status = status;
       if (status.ok()) {
-        p->stale = batch.accepted ? 0 : batch.stale;
+        PendingFence::SeveralKeys& several = *p->several;
+        several.stale = batch.accepted ? 0 : batch.stale;
         p->fence.accepted = batch.accepted;
-        p->fence.current = p->stale < batch.current.size() ? batch.current[p->stale] : 0;
-        p->currents = std::move(batch.current);
+        p->fence.current = several.stale < batch.current.size() ? batch.current[several.stale] : 0;
+        several.currents = std::move(batch.current);
       }
       p->answered = true;
       if (!p->lease.held() && !p->RefusedLocked()) return;  // the turns come later
@@ -547,21 +568,21 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
     }
     boost::asio::post(p->executor, [p] { p->Deliver(); });
   };
-  auto on_turn = [p](KeyLease lease) { OnTurn(p, std::move(lease)); };
+  auto on_turn = OnTurnOf(p);
   // One decision for every key, made once the write has its place in the
   // queue of each (under the locks of all their shards): the store decides
   // it in the same order as every other write of those keys is forwarded.
   // No relay (handoff.h): a write of several keys is rare, and sent by its
   // own session once it has every turn.
   std::vector<storage::KeyToken> items;
-  items.reserve(1 + intent.extra_keys.size());
+  items.reserve(1 + extra_keys.size());
   items.push_back({intent.key, intent.token});
-  for (const std::string& extra : intent.extra_keys) items.push_back({extra, intent.token});
+  for (const std::string& extra : extra_keys) items.push_back({extra, intent.token});
   auto advance = [this, &items, &on_answer, &p] {
     p->until_answered = p;
     store_.AdvanceAll(std::move(items), on_answer);
   };
-  queue_.AcquireAll(intent.key, intent.extra_keys, p->executor, std::move(on_turn),
+  queue_.AcquireAll(intent.key, extra_keys, p->executor, std::move(on_turn),
                     /*bounded=*/!intent.shadow, [&advance] { advance(); });
 }
 

@@ -18,7 +18,7 @@ KeyLease::KeyLease(KeyLease&& other) noexcept
       hash_(other.hash_),
       waited_(other.waited_),
       floor_(other.floor_),
-      more_(std::move(other.more_)) {}
+      more_(std::exchange(other.more_, nullptr)) {}
 
 // NOLINTNEXTLINE(bugprone-exception-escape): terminates if the key cannot be handed on
 KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
@@ -29,23 +29,23 @@ KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
     hash_ = other.hash_;
     waited_ = other.waited_;
     floor_ = other.floor_;
-    more_ = std::move(other.more_);
+    more_ = std::exchange(other.more_, nullptr);  // this one's went with Release()
   }
   return *this;
 }
 
-void KeyLease::Release() {
-  if (more_) {
+void KeyLease::ReleaseHeld() {
+  if (more_ != nullptr) {
     // Out of the lease first: what a release runs never finds it half-released.
-    std::unique_ptr<std::vector<KeyLease>> more = std::move(more_);
+    std::unique_ptr<std::vector<KeyLease>> more(std::exchange(more_, nullptr));
     for (KeyLease& lease : *more) lease.Release();
   }
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, hash_, /*dispatch=*/false);
+  std::exchange(queue_, nullptr)->Release(*key_, hash_, /*dispatch=*/false);
 }
 
 void KeyLease::HandOn(Courier* courier) {
-  if (more_) {
-    std::unique_ptr<std::vector<KeyLease>> more = std::move(more_);
+  if (more_ != nullptr) {
+    std::unique_ptr<std::vector<KeyLease>> more(std::exchange(more_, nullptr));
     for (KeyLease& lease : *more) lease.HandOn(courier);
   }
   if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, hash_, /*dispatch=*/true, courier);
@@ -266,11 +266,10 @@ void KeyQueue::Complete(const std::shared_ptr<Group>& group, bool on_executor) {
   }
   KeyLease whole = std::move(group->leases[0]);
   whole.waited_ = waited;
-  whole.more_ = std::make_unique<std::vector<KeyLease>>();
-  whole.more_->reserve(group->leases.size() - 1);
-  for (size_t i = 1; i < group->leases.size(); ++i) {
-    whole.more_->push_back(std::move(group->leases[i]));
-  }
+  auto more = std::make_unique<std::vector<KeyLease>>();
+  more->reserve(group->leases.size() - 1);
+  for (size_t i = 1; i < group->leases.size(); ++i) more->push_back(std::move(group->leases[i]));
+  whole.more_ = more.release();  // whole holds its first key: its release frees them
   if (on_executor) {
     Handler h = std::move(group->handler);
     return h(std::move(whole));

@@ -15,13 +15,13 @@
 // All methods are thread-safe.
 //
 // Order. Advance, AdvanceAll and Raise calls are decided in the order they
-// were made:
-// when one call returns before another starts, the first is decided (checked
-// against, and applied to, the stored value) first, whatever the keys and
-// whenever the handlers run. The fence filter relies on it: it enqueues the
-// Advance of a write that waits for its key's turn behind another write, and
-// the store must judge the two in that order (an engine answering in
-// parallel would have to keep each key's calls in order).
+// were made: when one call returns before another starts, the first is
+// decided (checked against, and applied to, the stored value) first,
+// whatever the keys and whenever the handlers run. The fence filter relies
+// on it: it enqueues the Advance of a write that waits for its key's turn
+// behind another write, and the store must judge the two in that order (an
+// engine answering in parallel would have to keep each key's calls in
+// order).
 
 #include <cstddef>
 #include <cstdint>

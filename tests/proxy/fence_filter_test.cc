@@ -606,5 +606,27 @@ TEST_F(FenceFilterTest, AnAdminFenceOnEitherKeyRefusesAQueuedWriteOfTwoKeys) {
   EXPECT_EQ(queue.active_keys(), 0u);  // both keys let go
 }
 
+
+// A key named twice (a COPY onto itself) is fenced once: were it queued
+// twice, the write would wait behind itself and hold its key for ever.
+TEST_F(FenceFilterTest, AKeyNamedTwiceIsFencedOnce) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
+  boost::asio::io_context ioc;
+  testing::FakeStore store;
+  KeyQueue queue;
+  FenceFilter filter(store, queue);
+  auto guard = boost::asio::make_work_guard(ioc);
+  Verdicts v(ioc);
+  WriteIntent intent = Classify("PUT", "/objects/a", "4");
+  intent.extra_keys = {"/objects/a", "/objects/b", "/objects/b"};
+  filter.Check(intent, ioc.get_executor(), v.Into());
+  ASSERT_TRUE(v.RunUntil(1));
+  ASSERT_TRUE(v.got[0].forward) << v.got[0].outcome;
+  EXPECT_EQ(v.got[0].lease.more().size(), 1u);
+  EXPECT_EQ(Stored(store, "/objects/b"), 4u);
+  v.got[0].lease.Release();
+  EXPECT_EQ(queue.active_keys(), 0u);
+}
+
 }  // namespace
 }  // namespace fencegate::proxy

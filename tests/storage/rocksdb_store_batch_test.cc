@@ -174,8 +174,8 @@ void MakeCall(TokenStore& store, size_t i, std::mutex& mu, std::vector<std::stri
       return store.Raise(c.items[0].key, c.items[0].token,
                          [done](const Status& s, Fence f) { done(Describe(s, f)); });
     case Call::kAdvanceAll:
-      return store.AdvanceAll(c.items,
-                              [done](const Status& s, const BatchFence& f) { done(Describe(s, f)); });
+      return store.AdvanceAll(
+          c.items, [done](const Status& s, const BatchFence& f) { done(Describe(s, f)); });
   }
 }
 
