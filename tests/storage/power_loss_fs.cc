@@ -275,7 +275,8 @@ std::unique_ptr<FSWritableFile> PowerLossFs::Track(const std::string& name,
     state->replaced = it->second->replaced;
     state->synced = std::min(it->second->synced, size);
   } else {
-    // A file from before: its entry and its bytes are on the disk.
+    // Not written since the last loss: one that existed is on the disk,
+    // entry and bytes; a new one has neither yet.
     state->entry_durable = existed;
     state->entry_seq = ++seq_;
     state->synced = existed ? size : 0;
@@ -341,18 +342,19 @@ IOStatus PowerLossFs::RenameFile(const std::string& src, const std::string& targ
   // What a loss before the next directory sync brings back under `to`:
   // the file there now, as far as it is durable.
   std::optional<std::string> replaced;
-  bool keep_older = false;  // `to` is itself an unsynced entry: keep what it replaced
+  bool tracked = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = files_.find(to);
-    if (it != files_.end() && !it->second->entry_durable) {
-      keep_older = true;
-      replaced = it->second->replaced;
-    } else if (it != files_.end()) {
-      if (auto content = ReadAll(to)) replaced = content->substr(0, it->second->synced);
+    if (auto it = files_.find(to); it != files_.end()) {
+      tracked = true;
+      if (!it->second->entry_durable) {
+        replaced = it->second->replaced;  // itself unsynced: what it replaced comes back
+      } else if (auto content = ReadAll(to)) {
+        replaced = content->substr(0, it->second->synced);
+      }
     }
   }
-  if (!keep_older && !replaced && target()->FileExists(target_name, IOOptions(), dbg).ok()) {
+  if (!tracked && target()->FileExists(target_name, IOOptions(), dbg).ok()) {
     replaced = ReadAll(to);  // untracked: wholly durable
   }
   uint64_t src_size = 0;
