@@ -137,8 +137,8 @@ Status ScanFile(rocksdb::FileSystem* fs, const std::string& file, uint64_t size,
     if (!s.ok()) return ReadError(s, file);
     if (got.size() != want) {
       return Status::IoError(file + " ended at " + std::to_string(base + got.size()) +
-                             " while checking its end for a torn page (" +
-                             std::to_string(size) + " bytes expected)");
+                             " while checking its end for a torn page (" + std::to_string(size) +
+                             " bytes expected)");
     }
     const std::string_view block(got.data(), got.size());
     const size_t last = block.find_last_not_of('\0');

@@ -33,8 +33,8 @@ namespace fencegate::storage::rocksdb_support {
 
 // One truncated file.
 struct TornTail {
-  std::string file;          // full path
-  uint64_t offset = 0;       // where the file now ends: the torn record's start
+  std::string file;     // full path
+  uint64_t offset = 0;  // where the file now ends: the torn record's start
   uint64_t bytes_dropped = 0;
 };
 

@@ -256,9 +256,16 @@ Status OpenDb(const RocksDbStoreOptions& options,
               std::unique_ptr<rocksdb::DB>* db) {
   if (Status s = CheckNotPartial(options.path); !s.ok()) return s;
   rocksdb::Env* env = options.env != nullptr ? options.env : rocksdb::Env::Default();
+  // Under RocksDB's own data dir lock, so that no other process's live WAL
+  // is cut; when another holds it, DB::Open below reports that.
+  rocksdb::FileSystem* fs = env->GetFileSystem().get();
   std::vector<TornTail> torn;
-  if (Status s = RepairTornTails(env->GetFileSystem().get(), options.path, &torn); !s.ok()) {
-    return s;
+  rocksdb::FileLock* lock = nullptr;
+  if (fs->LockFile(options.path + "/LOCK", rocksdb::IOOptions(), &lock, nullptr).ok()) {
+    Status repaired = RepairTornTails(fs, options.path, &torn);
+    rocksdb::IOStatus unlocked = fs->UnlockFile(lock, rocksdb::IOOptions(), nullptr);
+    if (!repaired.ok()) return repaired;
+    if (!unlocked.ok()) return OpenError(unlocked, options.path);
   }
   for (const TornTail& t : torn) {
     spdlog::warn(

@@ -107,7 +107,7 @@ std::string WalWith(const TempDir& dir, const std::vector<std::string>& values,
   return WalOf(dir.path());
 }
 
-// Values of `count` bytes each, none ending in a zero byte.
+// n values of `bytes` bytes each, none ending in a zero byte.
 std::vector<std::string> Values(int n, size_t bytes = 20) {
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) out.push_back(std::string(bytes, static_cast<char>('a' + i % 26)));
