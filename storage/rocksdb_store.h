@@ -47,7 +47,9 @@
 // dirty pages back within vm.dirty_expire_centisecs, 30 s by default). A
 // RocksDB WAL is appended with write(2) and cut only from its end, so a
 // crash leaves at worst one incomplete record at the tail, which recovery
-// drops (kTolerateCorruptedTailRecords). Every wal_bytes_per_flush bytes of
+// drops (kTolerateCorruptedTailRecords); a power loss may also leave that
+// record torn (zeros in its end, in the WAL or the MANIFEST), which Open
+// cuts off before RocksDB reads the files (log_tail.h). Every wal_bytes_per_flush bytes of
 // WAL the writer thread switches the memtable, so that RocksDB can drop
 // the WAL files it no longer needs. Open replays the WAL (RocksDB does), and
 // once replays what a journal of an earlier fencegate left (journal.h).

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
@@ -15,6 +16,9 @@
 #include <rocksdb/options.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
+#include <spdlog/spdlog.h>
+
+#include "storage/log_tail.h"
 
 namespace fencegate::storage::rocksdb_support {
 namespace {
@@ -120,7 +124,9 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
   o.paranoid_checks = true;  // fail Open on damage instead of skipping it
   // A record cut short at the end of the WAL is the write a crash
   // interrupted (under kSync never acknowledged: the fsync had not
-  // returned) and is dropped. A damaged record anywhere else fails Open:
+  // returned) and is dropped; one torn by a power loss (zeros in its end),
+  // which RocksDB reads as a checksum mismatch, OpenDb first cuts off
+  // (log_tail.h). A damaged record anywhere else fails Open:
   // the records after it were acknowledged, and replaying only up to the
   // damage (kPointInTimeRecovery) would forget their tokens and let stale
   // writes through (RocksDbStoreOpenTest.DamageInTheMiddleOfTheWalFailsOpen).
@@ -249,6 +255,24 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
 Status OpenDb(const RocksDbStoreOptions& options,
               std::unique_ptr<rocksdb::DB>* db) {
   if (Status s = CheckNotPartial(options.path); !s.ok()) return s;
+  rocksdb::Env* env = options.env != nullptr ? options.env : rocksdb::Env::Default();
+  // Under RocksDB's own data dir lock, so that no other process's live WAL
+  // is cut; when another holds it, DB::Open below reports that.
+  rocksdb::FileSystem* fs = env->GetFileSystem().get();
+  std::vector<TornTail> torn;
+  rocksdb::FileLock* lock = nullptr;
+  if (fs->LockFile(options.path + "/LOCK", rocksdb::IOOptions(), &lock, nullptr).ok()) {
+    Status repaired = RepairTornTails(fs, options.path, &torn);
+    rocksdb::IOStatus unlocked = fs->UnlockFile(lock, rocksdb::IOOptions(), nullptr);
+    if (!repaired.ok()) return repaired;
+    if (!unlocked.ok()) return OpenError(unlocked, options.path);
+  }
+  for (const TornTail& t : torn) {
+    spdlog::warn(
+        "token store: {} ended in a torn page (zeros where a power loss cut off its last "
+        "record, which was never acknowledged); cut it at offset {}, dropping {} bytes",
+        t.file, t.offset, t.bytes_dropped);
+  }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(MakeOptions(options), options.path, &raw);
   if (!s.ok()) return OpenError(s, options.path);
