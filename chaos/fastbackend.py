@@ -23,8 +23,9 @@ run do not repeat each long key a million times.
 
 POST /__chaos/delay {"ms": 150, "for_ms": 2000} delays every write that
 reaches the head of its key's queue in the next `for_ms` by `ms`, as in
-chaos/backend.py. GET /__stats answers {"applied": N}. Answers: 204 to a
-PUT, 404 to anything else.
+chaos/backend.py. GET /__stats answers {"applied": N, "queued": M} (M:
+writes read but not applied yet). Answers: 204 to a PUT, 404 to anything
+else.
 """
 
 import argparse
@@ -116,8 +117,9 @@ class Backend:
             self.delay_until = time.monotonic() + int(spec["for_ms"]) / 1000.0
             return self.send(conn, response(200, "OK", b"{}"))
         if method == b"GET" and target == b"/__stats":
+            queued = sum(len(q) for q in self.queues.values())
             return self.send(conn, response(200, "OK", json.dumps(
-                {"applied": self.applied}).encode()))
+                {"applied": self.applied, "queued": queued}).encode()))
         self.send(conn, NOT_FOUND)
 
     def start_head(self, key):
