@@ -22,30 +22,37 @@ and the fence), their tokens and CLOCK_MONOTONIC times.
 """
 
 import bisect
+import itertools
 import json
 import os
 import sys
 from collections import defaultdict
 
 PROPERTIES = ("token-order", "after-ack", "exactly-once", "fence-restart")
+# Witnesses kept per property; a control run at volume has hundreds of
+# thousands, and their number is in "counts".
+MAX_WITNESSES = 1000
 
 
-def read_jsonl(path):
-    out = []
+def iter_jsonl(path):
+    """The records of a JSON-lines file, one at a time."""
     if not os.path.exists(path):
-        return out
+        return
     with open(path, "rb") as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
             try:
-                out.append(json.loads(line))
+                yield json.loads(line)
             except ValueError:
                 # A line cut by a kill: histories are written line by line, so
                 # only the very last line of a file can be partial.
                 continue
-    return out
+
+
+def read_jsonl(path):
+    return list(iter_jsonl(path))
 
 
 def _w(rec):
@@ -53,104 +60,141 @@ def _w(rec):
     return f"{rec.get('write')} (client {rec.get('client')}, token {rec.get('token')}, t={rec.get('t'):.3f})"
 
 
+def _ack_rec(key, ack):
+    t, token, write, client = ack
+    return {"key": key, "t": t, "token": token, "write": write, "client": client}
+
+
+# A write's fate from its history, as the low bits of its entry in the
+# checker's table; the applied count is the rest (entry >> 2).
+INVOKED, OK, FAIL, INFO = 0, 1, 2, 3
+OUTCOME = {"ok": OK, "fail": FAIL, "info": INFO}
+
+
 def check(applied, history, restarts, check_fence=True):
-    """Returns {"violations": {property: [witness, ...]}, "stats": {...}}."""
+    """Returns {"violations": {property: [witness, ...]}, "counts": {property:
+    number of violations}, "stats": {...}}.
+
+    applied and history are iterables, each read once (a volume run's are
+    files of millions of lines): the checker keeps, per write, one small int
+    and, per acknowledged write, one tuple, never the records themselves."""
     violations = {p: [] for p in PROPERTIES}
+    counts = {p: 0 for p in PROPERTIES}
 
-    # token-order: per key, in apply order.
-    top = {}
-    for rec in applied:
-        key, token = rec["key"], rec.get("token")
-        if token is None:
-            violations["token-order"].append(f"key {key}: {_w(rec)} was applied without a token")
-            continue
-        best = top.get(key)
-        if best is not None and token < best["token"]:
-            violations["token-order"].append(
-                f"key {key}: {_w(rec)} applied after {_w(best)}")
-        if best is None or token > best["token"]:
-            top[key] = rec
+    def flag(prop, witness):
+        counts[prop] += 1
+        if len(violations[prop]) < MAX_WITNESSES:
+            violations[prop].append(witness)
 
-    # after-ack: an applied write against the highest token acknowledged
-    # (to any client) before the moment it was applied.
-    acks = defaultdict(list)
+    types = defaultdict(int)
+    writes = {}        # write id -> outcome | applied count << 2
+    refused = {}       # write id -> (status, error, client, token, t) of its `fail`
+    acks = defaultdict(list)  # key -> [(t, token, write, client)]
     for ev in history:
-        if ev["type"] == "ok":
-            acks[ev["key"]].append(ev)
+        kind = ev["type"]
+        types[kind] += 1
+        if kind == "invoke":
+            writes.setdefault(ev["write"], INVOKED)
+        elif kind in OUTCOME:
+            writes[ev["write"]] = OUTCOME[kind]
+            if kind == "ok":
+                acks[ev["key"]].append((ev["t"], ev["token"], ev["write"], ev.get("client")))
+            elif kind == "fail":
+                refused[ev["write"]] = (ev.get("status"), ev.get("error"), ev.get("client"),
+                                        ev.get("token"), ev["t"])
+    stale = sum(1 for r in refused.values() if r[0] == 409)
+
+    # Per key, the acknowledgements in time order and the highest token
+    # acknowledged up to each of them.
     ack_times, ack_best = {}, {}
     for key, evs in acks.items():
-        evs.sort(key=lambda e: e["t"])
-        ack_times[key] = [e["t"] for e in evs]
+        evs.sort(key=lambda e: e[0])
+        ack_times[key] = [e[0] for e in evs]
         best, prefix = None, []
         for e in evs:
-            if best is None or e["token"] > best["token"]:
+            if best is None or e[1] > best[1]:
                 best = e
             prefix.append(best)
         ack_best[key] = prefix
+
+    top = {}           # token-order: key -> highest applied record so far
+    unsent = defaultdict(int)
+    n_applied, applied_keys = 0, set()
     for rec in applied:
-        key, token = rec["key"], rec.get("token")
-        if token is None or key not in ack_times:
+        n_applied += 1
+        key, token, write = rec["key"], rec.get("token"), rec.get("write")
+        applied_keys.add(key)
+        if write in writes:
+            writes[write] += 4
+        else:
+            unsent[write] += 1
+        # token-order: per key, in apply order.
+        if token is None:
+            flag("token-order", f"key {key}: {_w(rec)} was applied without a token")
             continue
-        i = bisect.bisect_left(ack_times[key], rec["t"])
+        best = top.get(key)
+        if best is not None and token < best["token"]:
+            flag("token-order", f"key {key}: {_w(rec)} applied after {_w(best)}")
+        if best is None or token > best["token"]:
+            top[key] = rec
+        # after-ack: against the highest token acknowledged (to any client)
+        # before the moment it was applied.
+        times = ack_times.get(key)
+        if times is None:
+            continue
+        i = bisect.bisect_left(times, rec["t"])
         if i == 0:
             continue
-        best = ack_best[key][i - 1]
-        if best["token"] > token:
-            violations["after-ack"].append(
-                f"key {key}: {_w(rec)} applied after {_w(best)} was acknowledged")
+        best_ack = ack_best[key][i - 1]
+        if best_ack[1] > token:
+            flag("after-ack", f"key {key}: {_w(rec)} applied after "
+                              f"{_w(_ack_rec(key, best_ack))} was acknowledged")
 
     # exactly-once.
-    applied_count = defaultdict(int)
-    for rec in applied:
-        applied_count[rec.get("write")] += 1
-    invoked = {ev["write"]: ev for ev in history if ev["type"] == "invoke"}
-    for ev in history:
-        n = applied_count.get(ev.get("write"), 0)
-        if ev["type"] == "ok" and n != 1:
-            violations["exactly-once"].append(
-                f"acknowledged {_w(ev)} was applied {n} times")
-        elif ev["type"] == "fail" and n != 0:
-            violations["exactly-once"].append(
-                f"refused ({ev.get('status')} {ev.get('error')}) {_w(ev)} was applied {n} times")
-    acked = {ev["write"] for ev in history if ev["type"] == "ok"}
-    for write, n in applied_count.items():
-        if write not in invoked:
-            violations["exactly-once"].append(f"applied write {write} was never sent by a client")
-        elif n > 1 and write not in acked:
-            violations["exactly-once"].append(f"write {write} was applied {n} times")
+    acked_by_write = None
+    for write, entry in writes.items():
+        outcome, n = entry & 3, entry >> 2
+        if outcome == OK and n != 1:
+            if acked_by_write is None:  # only when there is a witness to write
+                acked_by_write = {e[2]: _ack_rec(k, e) for k, evs in acks.items() for e in evs}
+            flag("exactly-once", f"acknowledged {_w(acked_by_write[write])} was applied {n} times")
+        elif outcome == FAIL and n != 0:
+            status, error, client, token, t = refused[write]
+            ev = {"write": write, "client": client, "token": token, "t": t}
+            flag("exactly-once", f"refused ({status} {error}) {_w(ev)} was applied {n} times")
+        elif outcome != OK and n > 1:
+            flag("exactly-once", f"write {write} was applied {n} times")
+    for write in unsent:
+        flag("exactly-once", f"applied write {write} was never sent by a client")
 
     # fence-restart.
     if check_fence:
         for r in restarts:
-            for key, evs in acks.items():
-                before = [e for e in evs if e["t"] < r["t_kill"]]
-                if not before:
+            for key, times in ack_times.items():
+                i = bisect.bisect_left(times, r["t_kill"])
+                if i == 0:
                     continue
-                best = max(before, key=lambda e: e["token"])
+                best = ack_best[key][i - 1]
                 fence = r["fence"].get(key, 0)
-                if fence < best["token"]:
-                    violations["fence-restart"].append(
-                        f"key {key}: after the restart at t={r['t_restarted']:.3f} the fence is "
-                        f"{fence}, below {_w(best)} acknowledged before the kill at "
-                        f"t={r['t_kill']:.3f}")
+                if fence < best[1]:
+                    flag("fence-restart",
+                         f"key {key}: after the restart at t={r['t_restarted']:.3f} the fence is "
+                         f"{fence}, below {_w(_ack_rec(key, best))} acknowledged before the kill "
+                         f"at t={r['t_kill']:.3f}")
 
-    types = defaultdict(int)
-    for ev in history:
-        types[ev["type"]] += 1
-    stale = sum(1 for ev in history if ev["type"] == "fail" and ev.get("status") == 409)
     stats = {"leases": types["lease"], "writes": types["invoke"], "ok": types["ok"],
              "refused_409": stale, "refused_other": types["fail"] - stale,
-             "unknown": types["info"], "applied": len(applied),
-             "keys": len({rec["key"] for rec in applied})}
-    return {"violations": violations, "stats": stats}
+             "unknown": types["info"], "applied": n_applied, "keys": len(applied_keys)}
+    return {"violations": violations, "counts": counts, "stats": stats}
 
 
 def load_run(run_dir):
-    applied = read_jsonl(os.path.join(run_dir, "applied.jsonl"))
-    history = []
+    """The run's logs as streams (read once) and its small files."""
+    applied = iter_jsonl(os.path.join(run_dir, "applied.jsonl"))
     hist_dir = os.path.join(run_dir, "history")
-    for name in sorted(os.listdir(hist_dir)) if os.path.isdir(hist_dir) else []:
-        history += read_jsonl(os.path.join(hist_dir, name))
+    names = sorted(os.listdir(hist_dir)) if os.path.isdir(hist_dir) else []
+    history = itertools.chain.from_iterable(
+        iter_jsonl(os.path.join(hist_dir, name)) for name in names)
     restarts = read_jsonl(os.path.join(run_dir, "restarts.jsonl"))
     meta_path = os.path.join(run_dir, "meta.json")
     meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {}
@@ -166,12 +210,13 @@ def report(result, out=sys.stdout, max_witnesses=5):
     total = 0
     for p in PROPERTIES:
         ws = result["violations"][p]
-        total += len(ws)
-        print(f"  {p:<14} {len(ws)} violation(s)", file=out)
+        n = result["counts"][p]
+        total += n
+        print(f"  {p:<14} {n} violation(s)", file=out)
         for w in ws[:max_witnesses]:
             print(f"      witness: {w}", file=out)
-        if len(ws) > max_witnesses:
-            print(f"      ... and {len(ws) - max_witnesses} more", file=out)
+        if n > max_witnesses:
+            print(f"      ... and {n - max_witnesses} more", file=out)
     return total
 
 
