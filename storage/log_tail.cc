@@ -190,7 +190,10 @@ Status RepairTornTails(rocksdb::FileSystem* fs, const std::string& dir,
   std::sort(names.begin(), names.end());
   std::vector<std::string> files;
   for (const std::string& name : names) {
-    if (name.size() > 4 && name.ends_with(".log")) files.push_back(dir + "/" + name);
+    if (name.size() <= 4 || !name.ends_with(".log")) continue;
+    std::string path = dir;
+    path.append("/").append(name);
+    files.push_back(std::move(path));
   }
   std::string current;
   if (fs->FileExists(dir + "/CURRENT", rocksdb::IOOptions(), nullptr).ok()) {
