@@ -125,7 +125,7 @@ void ReadHead(std::string_view method, std::string_view token_header,
 
 bool AnyCopyOrMove(std::span<const std::string_view> methods) {
   return std::any_of(methods.begin(), methods.end(), [](std::string_view m) {
-    return iequals(m, "COPY") || iequals(m, "MOVE");
+    return EqualsIgnoringCase(m, "COPY") || EqualsIgnoringCase(m, "MOVE");
   });
 }
 

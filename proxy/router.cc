@@ -1,7 +1,6 @@
 #include "proxy/router.h"
 
 #include <algorithm>
-#include <boost/beast/core/string.hpp>
 
 #include "proxy/canonical_path.h"
 
@@ -58,10 +57,16 @@ bool IsSafeMethod(std::string_view method) {
   return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE";
 }
 
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(),
+                    [](char x, char y) { return AsciiLower(x) == AsciiLower(y); });
+}
+
 bool Route::Covers(std::string_view method) const {
   if (methods.empty()) return !IsSafeMethod(method);
   return std::any_of(methods.begin(), methods.end(),
-                     [method](const std::string& m) { return boost::beast::iequals(m, method); });
+                     [method](const std::string& m) { return EqualsIgnoringCase(m, method); });
 }
 
 std::optional<KeyTemplate> KeyTemplate::Compile(std::string_view text, std::string* error) {

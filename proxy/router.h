@@ -55,6 +55,11 @@ class KeyTemplate {
 // write. Any other method, in any letter case, may write.
 bool IsSafeMethod(std::string_view method);
 
+// ASCII letters compared without regard to case. By hand: Beast 1.81's
+// iequals reads one byte past the end of strings that differ only in case,
+// and a method may end its buffer.
+bool EqualsIgnoringCase(std::string_view a, std::string_view b);
+
 struct Route {
   std::string name;
   // Used when !regex: matched against the decoded canonical path (case-folded
