@@ -5,8 +5,7 @@
 #   lint   clang-tidy and cppcheck (tests/lint.sh)
 #   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
 #   ctest  unit tests, integration suite, chaos.short.*
-#   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh; its
-#          build runs beside the lint stage, waited for as tsan-build)
+#   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
 #   fuzz   the libFuzzer targets, 15 s each, two at a time (tests/fuzz/run.sh)
@@ -56,26 +55,9 @@ print_times() {
 
 bash "$ROOT/docker/install-deps.sh"
 
-# The ThreadSanitizer build compiles beside the static analysis: neither
-# is timed, and together they keep both cores busy where each alone left
-# one idle part of the time. Its tests run in the tsan stage below.
-tsan_build_pid=""
-tsan_build_log="${FENCEGATE_TSAN_BUILD_DIR:-$ROOT/build-tsan}.build.log"
-if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
-  FENCEGATE_TSAN_BUILD_ONLY=1 bash "$ROOT/tests/tsan.sh" >"$tsan_build_log" 2>&1 &
-  tsan_build_pid=$!
-fi
-
 # Static analysis first: it needs no build and fails in a few minutes.
 if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
   stage lint bash "$ROOT/tests/lint.sh"
-fi
-tsan_built() {  # waits for the TSan build started above; its log on failure
-  wait "$tsan_build_pid" || { cat "$tsan_build_log"; return 1; }
-  tail -n 1 "$tsan_build_log"
-}
-if [[ -n "$tsan_build_pid" ]]; then
-  stage tsan-build tsan_built
 fi
 
 # The fuzz targets' seed replays (fuzz.replay.*) run in the ASan stage's

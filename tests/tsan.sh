@@ -27,12 +27,6 @@ start=$(date +%s)
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DFENCEGATE_SANITIZE=thread -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" --target "${TARGETS[@]}"
-# FENCEGATE_TSAN_BUILD_ONLY=1: build, run nothing (tests/run.sh builds
-# beside the lint stage and runs the tests later, on a quiet machine).
-if [[ "${FENCEGATE_TSAN_BUILD_ONLY:-0}" == 1 ]]; then
-  echo "tsan: built in $(( $(date +%s) - start )) s"
-  exit 0
-fi
 built=$(date +%s)
 
 failed=0
