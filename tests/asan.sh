@@ -18,7 +18,8 @@
 # the g++ stage already runs; under ASan they would double),
 # integration.kill_torture (half a minute of both cores; integration.crash
 # SIGKILLs an instrumented fencegate under load already) and chaos.checker
-# and chaos.fastbackend (pure Python, nothing to sanitize).
+# and chaos.fastbackend (pure Python, nothing to sanitize), and docs.* (the
+# documented commands: the integration suite covers what they drive).
 #
 # Any report fails the stage. UBSan is fatal (-fno-sanitize-recover), ASan
 # and LSan exit with exitcode=66, and every instrumented process -- the test
@@ -64,7 +65,7 @@ export LSAN_OPTIONS="$common"
 rc=0
 # shellcheck disable=SC2086
 ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "${ASAN_CTEST_JOBS:-3}" \
-  -E '^(chaos\.|integration\.kill_torture$)' ${ASAN_CTEST_ARGS:-} || rc=$?
+  -E '^(chaos\.|docs\.|integration\.kill_torture$)' ${ASAN_CTEST_ARGS:-} || rc=$?
 ran=$(date +%s)
 
 mapfile -t reports < <(find "$REPORTS" -type f | sort)
