@@ -8,19 +8,20 @@
 # Environment: FENCEGATE_PORT, FENCEGATE_ADMIN_PORT, BACKEND_PORT pick fixed
 # ports; by default the kernel picks free ones. FENCEGATE_BIN=path uses that
 # binary instead of building build/. Everything lives in .demo/ at
-# the repository root (gitignored); its data and www folders are reset on
-# every run, so the printed commands always show the same story.
+# the repository root (gitignored; FENCEGATE_DEMO_DIR=path puts it
+# elsewhere); its data and www folders are reset on every run, so the
+# printed commands always show the same story.
 # Ctrl-C (or SIGTERM) stops the processes this script started.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEMO="$ROOT/.demo"
+DEMO="${FENCEGATE_DEMO_DIR:-$ROOT/.demo}"
 BUILD="$ROOT/build"
 BACKEND_ONLY=0
 case "${1:-}" in
   "") ;;
   --backend-only) BACKEND_ONLY=1 ;;
-  -h|--help) sed -n '3,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -h|--help) sed -n '3,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
   *) echo "demo: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 esac
 
