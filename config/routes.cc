@@ -222,8 +222,9 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
            return r.Fail(v, "'" + text + "' is neither off nor a positive duration",
                          kIdempotencyExpected);
          }
-         route->idempotency = window;
-         return true;
+         // Accepted only when the feature exists: a route that asks for it
+         // must not run without it.
+         return r.Fail(v, "idempotency keys are not built in this version", "off");
        }},
   });
   if (!ok) return false;

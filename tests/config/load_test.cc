@@ -12,6 +12,7 @@ namespace fencegate::config {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FailsAt;
 using testing::MustLoad;
 
 const fs::path kExamples = FENCEGATE_CONFIG_EXAMPLES_DIR;
@@ -111,7 +112,7 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(tenants.methods, (std::vector<std::string>{"PUT", "DELETE"}));
   EXPECT_EQ(tenants.key, "tenant:{1}");
   EXPECT_EQ(tenants.mode, RouteMode::kShadow);
-  EXPECT_EQ(tenants.idempotency, Duration(24 * 3600 * 1000));
+  EXPECT_EQ(tenants.idempotency, std::nullopt);  // a window is refused until built
   EXPECT_EQ(tenants.line, 46);
 
   EXPECT_EQ(c.storage.engine, "rocksdb");
@@ -279,14 +280,19 @@ TEST(LoadTest, ListenersAcceptIpv6LocalhostAndPortZero) {
   EXPECT_EQ(c.locks.endpoint, (Endpoint{"0.0.0.0", 0}));
 }
 
-TEST(LoadTest, EtcdEngineAndBooleanSpellings) {
+TEST(LoadTest, EtcdEngineIsRefusedUntilBuilt) {
+  EXPECT_TRUE(FailsAt(std::string(testing::kUpstream) + "storage:\n  engine: etcd\n", 3,
+                      "storage.engine", "the etcd engine is not built in this version"));
+}
+
+TEST(LoadTest, EtcdSectionAndBooleanSpellings) {
   Config c =
       MustLoad(std::string(testing::kUpstream) +
-               "storage: {engine: etcd, etcd: {endpoints: [\"http://e:2379\"], prefix: \"\"}}\n"
+               "storage: {engine: rocksdb, etcd: {endpoints: [\"http://e:2379\"], prefix: \"\"}}\n"
                "fencing: {forward_token: False}\n"
                "log: {access_log: TRUE, level: \"off\"}\n"
                "threads: 1024\n");
-  EXPECT_EQ(c.storage.engine, "etcd");
+  EXPECT_EQ(c.storage.engine, "rocksdb");
   EXPECT_EQ(c.storage.etcd.endpoints, std::vector<std::string>{"http://e:2379"});
   EXPECT_EQ(c.storage.etcd.prefix, "");
   EXPECT_FALSE(c.fencing.forward_token);
