@@ -274,7 +274,9 @@ def main():
                     help="pause after each counted request (see measure())")
     ap.add_argument("--top", type=int, default=0, metavar="K",
                     help="also list the K functions with the most inclusive instructions")
-    ap.add_argument("--out", help="JSON output (default: bench/load/results/instructions.json)")
+    ap.add_argument("--out", metavar="FILE",
+                    help="JSON output (default: build/bench-results/instructions.json under "
+                         "the repository root; never the source tree)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (dumps, logs)")
     ap.add_argument("--quick", action="store_true",
                     help="a few requests per scenario: proves the tool works")
@@ -344,7 +346,8 @@ def main():
         else:
             run.log(f"kept {work}")
     report(out["results"], list(binaries))
-    path = args.out or os.path.join(run.HERE, "results", "instructions.json")
+    path = args.out or os.path.join(run.DEFAULT_OUT_DIR, "instructions.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(f"\nJSON: {path}")

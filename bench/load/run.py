@@ -57,6 +57,8 @@ import phases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+# Where results go without --out: the build directory, never the source tree.
+DEFAULT_OUT_DIR = os.path.join(ROOT, "build", "bench-results")
 TARGETS = ("direct", "nginx", "fencegate")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HAS_SCHEDSTAT = os.path.exists("/proc/self/schedstat")  # CONFIG_SCHED_INFO
@@ -1167,8 +1169,10 @@ def main():
     ap.add_argument("--baseline", metavar="PATH",
                     help="also run this (older) fencegate binary as a fourth target, "
                          "interleaved with the others, to compare two builds in one run")
-    ap.add_argument("--out", help="JSON output (default: bench/load/results/latest.json, "
-                                  "with --quick: bench/load/results/quick.json)")
+    ap.add_argument("--out", metavar="FILE",
+                    help="JSON output (default: build/bench-results/latest.json under the "
+                         "repository root, with --quick build/bench-results/quick.json; "
+                         "never the source tree)")
     ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 4),
                     help="fencegate threads = nginx proxy workers (default: cores, max 4)")
     ap.add_argument("--backend-workers", type=int, default=1)
@@ -1566,7 +1570,7 @@ def main():
     if "keys" in out:
         print("keys:", json.dumps(out["keys"]))
 
-    out_path = args.out or os.path.join(HERE, "results",
+    out_path = args.out or os.path.join(DEFAULT_OUT_DIR,
                                         "quick.json" if args.quick else "latest.json")
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:
