@@ -613,13 +613,11 @@ def verdict(interval, target, at_least, coverage=COVERAGE):
 
 
 def target_verdicts(res):
-    """Issue 7's ratio targets, point by point, from a run's results: the
-    median of the per-round ratios, its interval (median_interval) and a
-    verdict. The hot key's reference, one client writing distinct keys
-    straight to the backend, is its round's own `ref_seq` run (PAIRED_REF);
-    a JSON from before session 23 has none, and there round i of the hot
-    key is divided by round i of put_async's direct run at 1 connection,
-    minutes apart, so that interval carries the reference's spread too."""
+    """The ratio targets (docs/performance.md), point by point, from a run's
+    results: the median of the per-round ratios, its interval
+    (median_interval) and a verdict. The hot key's reference, one client
+    writing distinct keys straight to the backend, is its round's own
+    `ref_seq` run (PAIRED_REF)."""
     rows = []
 
     def add(name, conns, per, target, at_least):
@@ -643,18 +641,10 @@ def target_verdicts(res):
                     only is None or c == only):
                 add(f"{sc} r/s, fenced / unfenced", c, per_round(row, "fencegate", "fg_pass"),
                     goal, True)
-    ref = res.get("put_async", {}).get("1", {}).get("rounds", {}).get("direct")
     for c, row in res.get("put_hot", {}).items():
-        if not c.isdigit() or c == "1" or "rounds" not in row:
-            continue
-        if "ref_seq" in row["rounds"]:  # paired in time (PAIRED_REF, since session 23)
-            per = per_round(row, "fencegate", "ref_seq")
-        elif ref:
-            per = [ratio(a.get("rps"), b.get("rps")) for a, b in zip(row["rounds"]["fencegate"], ref)
-                   if "failed" not in a and "failed" not in b]
-        else:
-            continue
-        add("hot key r/s / one client direct", c, [p for p in per if p is not None], 0.8, True)
+        if c.isdigit() and c != "1" and "ref_seq" in row.get("rounds", {}):
+            add("hot key r/s / one client direct", c, per_round(row, "fencegate", "ref_seq"),
+                0.8, True)
     return rows
 
 
@@ -923,8 +913,6 @@ def print_markdown(path):
                         f" {ratio(f.get('cpu_us_per_request'), b.get('cpu_us_per_request'))} |")
             pair = row.get("paired", {})
             med = pair.get("fg_over_nginx_rps", {}).get("median", "-")
-            if "fg_over_nginx_p99" not in pair and "rounds" in row:  # a run before session 21
-                pair["fg_over_nginx_p99"] = paired(row["rounds"], "fencegate", "nginx", "p99")
             med_p99 = pair.get("fg_over_nginx_p99", {}).get("median", "-")
             fenced = "-"
             if "fg_over_fg_pass_rps" in pair:
@@ -960,10 +948,10 @@ def pool_runs(runs):
     has the binary's path); the settings it can tell must match
     (POOL_SETTINGS), and one run (its start time) may come once: else
     ValueError says why. Round i of a run stays round i of every target of
-    every point: a target or a point a run lacks (a JSON from before it
-    existed), or has fewer rounds of, is filled with failed rounds, which
-    the ratios skip. So a run without the hot key's `ref_seq` adds no
-    hot-key rounds when pooled with one that has it."""
+    every point: a target or a point a run lacks (other --conns, no
+    --baseline), or has fewer rounds of (other --rounds), is filled with
+    failed rounds, which the ratios skip. So a run without one of the
+    targets a ratio needs adds no rounds to that ratio."""
     first_name, first = runs[0]
     started = {}
     for name, out in runs:
@@ -1078,23 +1066,21 @@ def self_test():
         return [{"rps": v, "latency_us": {"p99": 100}} for v in rps]
 
     hot = [{"rps": v} for v in (900, 700, 850, 880, 860)]
-    ref = [{"rps": 1000} for _ in range(5)]
     res = {"get": {"16": {"rounds": {"fencegate": get_rounds([110, 111, 108, 112, 109]),
                                      "nginx": get_rounds([100] * 5)}}},
            "put_async": {"1": {"rounds": {"fencegate": [{"rps": 80}] * 5,
-                                          "fg_pass": [{"rps": 100}] * 5, "direct": ref}}},
+                                          "fg_pass": [{"rps": 100}] * 5}}},
            "put_sync": {"1": {"rounds": {"fencegate": [{"rps": 1}] * 5,
                                          "fg_pass": [{"rps": 100}] * 5}},
                         "64": {"rounds": {"fencegate": [{"rps": 60}] * 5,
                                           "fg_pass": [{"rps": 100}] * 5}}},
-           "put_hot": {"16": {"rounds": {"fencegate": hot}},
-                       # Paired: 0.85-0.95 of a reference that moves with it.
+           "put_hot": {"1": {"rounds": {"fencegate": hot, "ref_seq": [{"rps": 100}] * 5}},
+                       "16": {"rounds": {"fencegate": hot, "ref_seq": [{"rps": 1000}] * 5}},
+                       # 0.85-0.95 of its round's reference.
                        "64": {"rounds": {"fencegate": [{"rps": v} for v in (850, 900, 950,
                                                                              900, 880)],
-                                         "ref_seq": [{"rps": 1000}, {"rps": 1000},
-                                                     {"rps": 1000}, {"rps": 1000},
-                                                     {"rps": 1000}]}},
-                       # Paired wins over put_async's direct run: 0.5 of ref_seq.
+                                         "ref_seq": [{"rps": 1000}] * 5}},
+                       # 0.5 of its reference in every round.
                        "256": {"rounds": {"fencegate": [{"rps": 1000}] * 5,
                                           "ref_seq": [{"rps": 2000}] * 5}}}}
     got = {(r["target"].split(" ")[0] + (" p99" if "p99" in r["target"] else ""), r["conns"]):
@@ -1104,9 +1090,9 @@ def self_test():
         ("GET p99", "16"): "met",        # 1.0 <= 1.2
         ("put_async", "1"): "missed",    # 0.8 < 0.9 in every round
         ("put_sync", "64"): "met",       # 0.6 >= 0.5; 1 connection has no target
-        ("hot", "16"): "undecided",      # 0.70-0.90 spans 0.8
+        ("hot", "16"): "undecided",      # 0.70-0.90 spans 0.8; 1 connection has no target
         ("hot", "64"): "met",            # 0.85-0.95 of its own round's reference
-        ("hot", "256"): "missed"})       # 0.5 of ref_seq, though 1.0 of put_async's direct
+        ("hot", "256"): "missed"})       # 0.5 of ref_seq
     # Pooling: two runs of a point, each undecided (6 rounds: [min, max],
     # and each has one round under 0.8), whose 12 rounds together are met
     # (12 rounds: [x(3), x(10)], and x(3) is 0.85). The reference moves
@@ -1128,25 +1114,28 @@ def self_test():
     both = target_verdicts(pooled)
     check("pool: verdict", [(r["median"], r["interval"]["low"], r["verdict"]) for r in both],
           [(0.885, 0.85, "met")])
-    # A run without the reference (a JSON from before it existed) pooled
-    # before one with it: its rounds must not pair with the other's.
-    old = hot_run([0.5] * 6, date="old")
-    del old["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
-    mixed = target_verdicts(pool_runs([("old", old), ("b", b)]))
+    # A run without the reference pooled before one with it: its rounds
+    # must not pair with the other's.
+    lone = hot_run([0.5] * 6, date="lone")
+    del lone["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
+    mixed = target_verdicts(pool_runs([("lone", lone), ("b", b)]))
     check("pool: a target one run lacks", [(r["median"], r["interval"]["rounds"]) for r in mixed],
           [(0.88, 6)])
-    # Two runs from before ref_seq: the hot key is divided by put_async's
-    # direct run at 1 connection, a point the first run lacks. Its hot
-    # rounds must not pair with the second run's direct rounds.
+    # A point one run lacks (other --conns) and fewer rounds (other
+    # --rounds): x has 64 connections only, y 3 rounds at 64 and 6 at 256.
+    # The point 256 holds y's 6 rounds after 6 failed ones of x, never
+    # pairing a round of x with one of y.
     x = hot_run([0.5] * 6, date="x")
-    del x["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
+    x["results"]["put_hot"] = {"64": x["results"]["put_hot"]["256"]}
     y = hot_run([0.9] * 6, date="y")
-    y["results"]["put_hot"]["256"]["rounds"]["fencegate"] = [{"rps": 900}] * 6
-    del y["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
-    y["results"]["put_async"] = {"1": {"rounds": {"direct": [{"rps": 1000}] * 6}}}
-    lacking = target_verdicts(pool_runs([("x", x), ("y", y)]))
-    check("pool: a point one run lacks", [(r["median"], r["interval"]["rounds"]) for r in lacking],
-          [(0.9, 6)])
+    y["results"]["put_hot"]["64"] = {"rounds": {
+        t: rs[:3] for t, rs in y["results"]["put_hot"]["256"]["rounds"].items()}}
+    pooled = pool_runs([("x", x), ("y", y)])
+    check("pool: a point one run lacks", len(pooled["put_hot"]["256"]["rounds"]["fencegate"]), 12)
+    lacking = {r["conns"]: (r["median"], r["interval"]["rounds"])
+               for r in target_verdicts(pooled)}
+    check("pool: a point one run lacks, fewer rounds", lacking,
+          {"64": (0.5, 9), "256": (0.9, 6)})
     for bad, why in (([("a", a), ("c", hot_run([0.8] * 6, date="c", duration_s=3))], "duration_s"),
                      ([("a", a), ("a again", a)], "twice")):
         try:
