@@ -26,7 +26,10 @@ every scenario, so that `fence` cancels it), so a change of a few hundred
 instructions per request is visible where requests/s on shared cores could
 not show it. It counts instructions, not time: cache misses, which decide
 how long those instructions take at one connection, are not in it
-(bench/PERFORMANCE.md, session 28).
+(docs/performance.md).
+
+The JSON goes to build/bench-results/instructions.json under the
+repository root unless --out names another file.
 
 --quick sends a few requests only, to prove the tool works (ctest:
 bench.instructions_quick): exit 1 if a request failed, a count is missing

@@ -2,6 +2,7 @@
 """fencegate load benchmark: backend direct vs nginx proxy_pass vs fencegate.
 
     python3 bench/load/run.py [--quick] [--fencegate PATH] [--out FILE.json]
+    python3 bench/load/run.py --report FILE.json [FILE.json ...]
 
 Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
 0), in a temporary directory:
@@ -16,14 +17,14 @@ Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
                is real), restarted per scenario with its durability.
 Then drives wrk (Lua scripts in this folder) for every scenario and
 concurrency, interleaving the targets round by round, A B C then C B A
-(--order alternate, the default since session 29), so that drift and each
-target's place in a round hit all of them alike (in the fixed order of
-the runs before, fencegate always ran right after nginx, and sessions 18
-and 20 saw put_sync move by 1-9% with its place: README, "Where it
-stands"), prints a table and writes JSON. Every run records the CPU time per
-request of the server under test, and of its neighbours: wrk's and the
-backend's. Finally measures fencegate's resident size
-idle and with many open connections (/proc/PID/status VmRSS).
+(--order alternate, the default), so that drift and each target's place in
+a round hit all of them alike (in a fixed order fencegate always runs right
+after nginx, and put_sync moves by 1-9% with its place: docs/performance.md),
+prints a table and writes JSON, by default to build/bench-results/ under the
+repository root (--out). Every run records the CPU time per request of the
+server under test, and of its neighbours: wrk's and the backend's. Finally
+measures fencegate's resident size idle and with many open connections
+(/proc/PID/status VmRSS).
 
 --quick runs a few seconds in total and only proves the harness works: it
 exits 1 if a run produced no requests, socket errors or non-2xx answers, or
@@ -81,8 +82,8 @@ SCENARIOS = {
 # each round yields one fenced/unfenced pair measured a few seconds apart.
 PAIRED_PASS = ("put_async", "put_sync")
 # Scenarios whose target is a ratio to one client writing distinct keys
-# straight to the backend, one request at a time (issue 7's hot-key
-# reference): they also run "ref_seq", that client (put.lua MODE keys, 1
+# straight to the backend, one request at a time (the hot-key ratio
+# target's reference): they also run "ref_seq", that client (put.lua MODE keys, 1
 # connection, whatever the point's concurrency), interleaved with the other
 # targets, so each round pairs the hot key with a reference seconds apart.
 PAIRED_REF = ("put_hot",)
@@ -886,7 +887,7 @@ def print_table(results, scenarios, concs):
 
 
 def print_markdown(path):
-    """The ratio table of an earlier run's JSON, as Markdown (for the README)."""
+    """The ratio table of an earlier run's JSON, as Markdown (for docs/performance.md)."""
     with open(path) as f:
         out = json.load(f)
     res = out["results"]
@@ -942,7 +943,7 @@ def pool_runs(runs):
     of (name, loaded JSON). The interval over pooled rounds takes every
     round for a draw from one distribution; rounds of one run resemble one
     another more than rounds of runs hours apart do, so it is narrower than
-    the spread from run to run warrants (README, s39).
+    the spread from run to run warrants (docs/performance.md).
 
     Only runs of one build belong together, which the JSON cannot tell (it
     has the binary's path); the settings it can tell must match
@@ -989,7 +990,8 @@ def pool_runs(runs):
 
 
 def print_pooled(paths):
-    """Issue 7's verdicts over the rounds of several runs pooled (pool_runs)."""
+    """The ratio targets' verdicts over the rounds of several runs pooled
+    (pool_runs)."""
     runs = []
     try:
         for path in paths:
@@ -1168,13 +1170,13 @@ def main():
     ap.add_argument("--nginx-keepalive", type=int, default=256,
                     help="nginx proxy's upstream `keepalive` (idle connections per worker); "
                          "nginx closes beyond it at once, so below the concurrency per "
-                         "worker it reconnects on a share of requests (64: before session 19)")
+                         "worker it reconnects on a share of requests")
     ap.add_argument("--wrk-threads", type=int, default=2)
     ap.add_argument("--duration", type=int, default=3, help="seconds per wrk run")
     ap.add_argument("--rounds", type=int, default=2, help="A B C repetitions per point")
     ap.add_argument("--order", choices=("alternate", "fixed"), default="alternate",
                     help="targets in a round: A B C then C B A in the next (alternate), or "
-                         "A B C every round (fixed: runs before session 29)")
+                         "A B C every round (fixed)")
     ap.add_argument("--conns", default="1,16,64,256")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--access-log", action="store_true", help="fencegate log.access_log: true")
@@ -1207,8 +1209,8 @@ def main():
                          "runs: use a separate invocation)")
     ap.add_argument("--report", metavar="JSON", nargs="+",
                     help="print the ratio table of an earlier run as Markdown and exit; with "
-                         "several runs of one build, issue 7's verdicts over all their rounds "
-                         "pooled (the runs' settings must match)")
+                         "several runs of one build, the ratio targets' verdicts over all "
+                         "their rounds pooled (the runs' settings must match)")
     ap.add_argument("--self-test", action="store_true",
                     help="check the interval and verdict arithmetic on made-up rounds and exit "
                          "(ctest: bench.load_selftest)")
@@ -1503,8 +1505,8 @@ def main():
                 })
     res = out["results"]
     targets = {}
-    # Fenced PUT against fencegate's own pass-through: GET (the issue's
-    # wording) and put_pass, the same PUT unfenced, whose backend work (a file
+    # Fenced PUT against fencegate's own pass-through, two ways: against GET,
+    # and against put_pass, the same PUT unfenced, whose backend work (a file
     # write) is the same, so that ratio is what fencing itself costs.
     for ref in ("get", "put_pass"):
         for c, row in res.get(ref, {}).items():
@@ -1545,9 +1547,9 @@ def main():
     print()
     print_table(res, ran, concs)
     if targets:
-        print("\nissue 7 target ratios:", json.dumps(targets))
+        print("\ntarget ratios:", json.dumps(targets))
     if out["ratios"]["verdicts"]:
-        print(f"\nissue 7 targets, median of the per-round ratios and its {COVERAGE:.0%}+ "
+        print(f"\nratio targets, median of the per-round ratios and its {COVERAGE:.0%}+ "
               "interval (5 rounds or more for a verdict):")
         print_verdicts(out["ratios"]["verdicts"])
     if "put_sync" in res:
