@@ -26,7 +26,10 @@ every scenario, so that `fence` cancels it), so a change of a few hundred
 instructions per request is visible where requests/s on shared cores could
 not show it. It counts instructions, not time: cache misses, which decide
 how long those instructions take at one connection, are not in it
-(bench/PERFORMANCE.md, session 28).
+(docs/performance.md).
+
+The JSON goes to build/bench-results/instructions.json under the
+repository root unless --out names another file.
 
 --quick sends a few requests only, to prove the tool works (ctest:
 bench.instructions_quick): exit 1 if a request failed, a count is missing
@@ -274,7 +277,9 @@ def main():
                     help="pause after each counted request (see measure())")
     ap.add_argument("--top", type=int, default=0, metavar="K",
                     help="also list the K functions with the most inclusive instructions")
-    ap.add_argument("--out", help="JSON output (default: bench/load/results/instructions.json)")
+    ap.add_argument("--out", metavar="FILE",
+                    help="JSON output (default: build/bench-results/instructions.json under "
+                         "the repository root; never the source tree)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (dumps, logs)")
     ap.add_argument("--quick", action="store_true",
                     help="a few requests per scenario: proves the tool works")
@@ -344,7 +349,8 @@ def main():
         else:
             run.log(f"kept {work}")
     report(out["results"], list(binaries))
-    path = args.out or os.path.join(run.HERE, "results", "instructions.json")
+    path = args.out or os.path.join(run.DEFAULT_OUT_DIR, "instructions.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(f"\nJSON: {path}")

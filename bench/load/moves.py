@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How fast a hot key's clients gathered on its I/O thread, from fencegate's
-debug log (README, "A hot key's clients on one thread").
+debug log (docs/performance.md).
 
 Run the harness with the log at debug and its files kept, then read the
 fencegate log of the scenario:

@@ -2,6 +2,7 @@
 """fencegate load benchmark: backend direct vs nginx proxy_pass vs fencegate.
 
     python3 bench/load/run.py [--quick] [--fencegate PATH] [--out FILE.json]
+    python3 bench/load/run.py --report FILE.json [FILE.json ...]
 
 Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
 0), in a temporary directory:
@@ -16,14 +17,14 @@ Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
                is real), restarted per scenario with its durability.
 Then drives wrk (Lua scripts in this folder) for every scenario and
 concurrency, interleaving the targets round by round, A B C then C B A
-(--order alternate, the default since session 29), so that drift and each
-target's place in a round hit all of them alike (in the fixed order of
-the runs before, fencegate always ran right after nginx, and sessions 18
-and 20 saw put_sync move by 1-9% with its place: README, "Where it
-stands"), prints a table and writes JSON. Every run records the CPU time per
-request of the server under test, and of its neighbours: wrk's and the
-backend's. Finally measures fencegate's resident size
-idle and with many open connections (/proc/PID/status VmRSS).
+(--order alternate, the default), so that drift and each target's place in
+a round hit all of them alike (in a fixed order fencegate always runs right
+after nginx, and put_sync moves by 1-9% with its place: docs/performance.md),
+prints a table and writes JSON, by default to build/bench-results/ under the
+repository root (--out). Every run records the CPU time per request of the
+server under test, and of its neighbours: wrk's and the backend's. Finally
+measures fencegate's resident size idle and with many open connections
+(/proc/PID/status VmRSS).
 
 --quick runs a few seconds in total and only proves the harness works: it
 exits 1 if a run produced no requests, socket errors or non-2xx answers, or
@@ -57,6 +58,8 @@ import phases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+# Where results go without --out: the build directory, never the source tree.
+DEFAULT_OUT_DIR = os.path.join(ROOT, "build", "bench-results")
 TARGETS = ("direct", "nginx", "fencegate")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HAS_SCHEDSTAT = os.path.exists("/proc/self/schedstat")  # CONFIG_SCHED_INFO
@@ -79,8 +82,8 @@ SCENARIOS = {
 # each round yields one fenced/unfenced pair measured a few seconds apart.
 PAIRED_PASS = ("put_async", "put_sync")
 # Scenarios whose target is a ratio to one client writing distinct keys
-# straight to the backend, one request at a time (issue 7's hot-key
-# reference): they also run "ref_seq", that client (put.lua MODE keys, 1
+# straight to the backend, one request at a time (the hot-key ratio
+# target's reference): they also run "ref_seq", that client (put.lua MODE keys, 1
 # connection, whatever the point's concurrency), interleaved with the other
 # targets, so each round pairs the hot key with a reference seconds apart.
 PAIRED_REF = ("put_hot",)
@@ -611,13 +614,11 @@ def verdict(interval, target, at_least, coverage=COVERAGE):
 
 
 def target_verdicts(res):
-    """Issue 7's ratio targets, point by point, from a run's results: the
-    median of the per-round ratios, its interval (median_interval) and a
-    verdict. The hot key's reference, one client writing distinct keys
-    straight to the backend, is its round's own `ref_seq` run (PAIRED_REF);
-    a JSON from before session 23 has none, and there round i of the hot
-    key is divided by round i of put_async's direct run at 1 connection,
-    minutes apart, so that interval carries the reference's spread too."""
+    """The ratio targets (docs/performance.md), point by point, from a run's
+    results: the median of the per-round ratios, its interval
+    (median_interval) and a verdict. The hot key's reference, one client
+    writing distinct keys straight to the backend, is its round's own
+    `ref_seq` run (PAIRED_REF)."""
     rows = []
 
     def add(name, conns, per, target, at_least):
@@ -641,18 +642,10 @@ def target_verdicts(res):
                     only is None or c == only):
                 add(f"{sc} r/s, fenced / unfenced", c, per_round(row, "fencegate", "fg_pass"),
                     goal, True)
-    ref = res.get("put_async", {}).get("1", {}).get("rounds", {}).get("direct")
     for c, row in res.get("put_hot", {}).items():
-        if not c.isdigit() or c == "1" or "rounds" not in row:
-            continue
-        if "ref_seq" in row["rounds"]:  # paired in time (PAIRED_REF, since session 23)
-            per = per_round(row, "fencegate", "ref_seq")
-        elif ref:
-            per = [ratio(a.get("rps"), b.get("rps")) for a, b in zip(row["rounds"]["fencegate"], ref)
-                   if "failed" not in a and "failed" not in b]
-        else:
-            continue
-        add("hot key r/s / one client direct", c, [p for p in per if p is not None], 0.8, True)
+        if c.isdigit() and c != "1" and "ref_seq" in row.get("rounds", {}):
+            add("hot key r/s / one client direct", c, per_round(row, "fencegate", "ref_seq"),
+                0.8, True)
     return rows
 
 
@@ -894,7 +887,7 @@ def print_table(results, scenarios, concs):
 
 
 def print_markdown(path):
-    """The ratio table of an earlier run's JSON, as Markdown (for the README)."""
+    """The ratio table of an earlier run's JSON, as Markdown (for docs/performance.md)."""
     with open(path) as f:
         out = json.load(f)
     res = out["results"]
@@ -921,8 +914,6 @@ def print_markdown(path):
                         f" {ratio(f.get('cpu_us_per_request'), b.get('cpu_us_per_request'))} |")
             pair = row.get("paired", {})
             med = pair.get("fg_over_nginx_rps", {}).get("median", "-")
-            if "fg_over_nginx_p99" not in pair and "rounds" in row:  # a run before session 21
-                pair["fg_over_nginx_p99"] = paired(row["rounds"], "fencegate", "nginx", "p99")
             med_p99 = pair.get("fg_over_nginx_p99", {}).get("median", "-")
             fenced = "-"
             if "fg_over_fg_pass_rps" in pair:
@@ -952,16 +943,16 @@ def pool_runs(runs):
     of (name, loaded JSON). The interval over pooled rounds takes every
     round for a draw from one distribution; rounds of one run resemble one
     another more than rounds of runs hours apart do, so it is narrower than
-    the spread from run to run warrants (README, s39).
+    the spread from run to run warrants (docs/performance.md).
 
     Only runs of one build belong together, which the JSON cannot tell (it
     has the binary's path); the settings it can tell must match
     (POOL_SETTINGS), and one run (its start time) may come once: else
     ValueError says why. Round i of a run stays round i of every target of
-    every point: a target or a point a run lacks (a JSON from before it
-    existed), or has fewer rounds of, is filled with failed rounds, which
-    the ratios skip. So a run without the hot key's `ref_seq` adds no
-    hot-key rounds when pooled with one that has it."""
+    every point: a target or a point a run lacks (other --conns, no
+    --baseline), or has fewer rounds of (other --rounds), is filled with
+    failed rounds, which the ratios skip. So a run without one of the
+    targets a ratio needs adds no rounds to that ratio."""
     first_name, first = runs[0]
     started = {}
     for name, out in runs:
@@ -999,7 +990,8 @@ def pool_runs(runs):
 
 
 def print_pooled(paths):
-    """Issue 7's verdicts over the rounds of several runs pooled (pool_runs)."""
+    """The ratio targets' verdicts over the rounds of several runs pooled
+    (pool_runs)."""
     runs = []
     try:
         for path in paths:
@@ -1076,23 +1068,21 @@ def self_test():
         return [{"rps": v, "latency_us": {"p99": 100}} for v in rps]
 
     hot = [{"rps": v} for v in (900, 700, 850, 880, 860)]
-    ref = [{"rps": 1000} for _ in range(5)]
     res = {"get": {"16": {"rounds": {"fencegate": get_rounds([110, 111, 108, 112, 109]),
                                      "nginx": get_rounds([100] * 5)}}},
            "put_async": {"1": {"rounds": {"fencegate": [{"rps": 80}] * 5,
-                                          "fg_pass": [{"rps": 100}] * 5, "direct": ref}}},
+                                          "fg_pass": [{"rps": 100}] * 5}}},
            "put_sync": {"1": {"rounds": {"fencegate": [{"rps": 1}] * 5,
                                          "fg_pass": [{"rps": 100}] * 5}},
                         "64": {"rounds": {"fencegate": [{"rps": 60}] * 5,
                                           "fg_pass": [{"rps": 100}] * 5}}},
-           "put_hot": {"16": {"rounds": {"fencegate": hot}},
-                       # Paired: 0.85-0.95 of a reference that moves with it.
+           "put_hot": {"1": {"rounds": {"fencegate": hot, "ref_seq": [{"rps": 100}] * 5}},
+                       "16": {"rounds": {"fencegate": hot, "ref_seq": [{"rps": 1000}] * 5}},
+                       # 0.85-0.95 of its round's reference.
                        "64": {"rounds": {"fencegate": [{"rps": v} for v in (850, 900, 950,
                                                                              900, 880)],
-                                         "ref_seq": [{"rps": 1000}, {"rps": 1000},
-                                                     {"rps": 1000}, {"rps": 1000},
-                                                     {"rps": 1000}]}},
-                       # Paired wins over put_async's direct run: 0.5 of ref_seq.
+                                         "ref_seq": [{"rps": 1000}] * 5}},
+                       # 0.5 of its reference in every round.
                        "256": {"rounds": {"fencegate": [{"rps": 1000}] * 5,
                                           "ref_seq": [{"rps": 2000}] * 5}}}}
     got = {(r["target"].split(" ")[0] + (" p99" if "p99" in r["target"] else ""), r["conns"]):
@@ -1102,9 +1092,9 @@ def self_test():
         ("GET p99", "16"): "met",        # 1.0 <= 1.2
         ("put_async", "1"): "missed",    # 0.8 < 0.9 in every round
         ("put_sync", "64"): "met",       # 0.6 >= 0.5; 1 connection has no target
-        ("hot", "16"): "undecided",      # 0.70-0.90 spans 0.8
+        ("hot", "16"): "undecided",      # 0.70-0.90 spans 0.8; 1 connection has no target
         ("hot", "64"): "met",            # 0.85-0.95 of its own round's reference
-        ("hot", "256"): "missed"})       # 0.5 of ref_seq, though 1.0 of put_async's direct
+        ("hot", "256"): "missed"})       # 0.5 of ref_seq
     # Pooling: two runs of a point, each undecided (6 rounds: [min, max],
     # and each has one round under 0.8), whose 12 rounds together are met
     # (12 rounds: [x(3), x(10)], and x(3) is 0.85). The reference moves
@@ -1126,25 +1116,28 @@ def self_test():
     both = target_verdicts(pooled)
     check("pool: verdict", [(r["median"], r["interval"]["low"], r["verdict"]) for r in both],
           [(0.885, 0.85, "met")])
-    # A run without the reference (a JSON from before it existed) pooled
-    # before one with it: its rounds must not pair with the other's.
-    old = hot_run([0.5] * 6, date="old")
-    del old["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
-    mixed = target_verdicts(pool_runs([("old", old), ("b", b)]))
+    # A run without the reference pooled before one with it: its rounds
+    # must not pair with the other's.
+    lone = hot_run([0.5] * 6, date="lone")
+    del lone["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
+    mixed = target_verdicts(pool_runs([("lone", lone), ("b", b)]))
     check("pool: a target one run lacks", [(r["median"], r["interval"]["rounds"]) for r in mixed],
           [(0.88, 6)])
-    # Two runs from before ref_seq: the hot key is divided by put_async's
-    # direct run at 1 connection, a point the first run lacks. Its hot
-    # rounds must not pair with the second run's direct rounds.
+    # A point one run lacks (other --conns) and fewer rounds (other
+    # --rounds): x has 64 connections only, y 3 rounds at 64 and 6 at 256.
+    # The point 256 holds y's 6 rounds after 6 failed ones of x, never
+    # pairing a round of x with one of y.
     x = hot_run([0.5] * 6, date="x")
-    del x["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
+    x["results"]["put_hot"] = {"64": x["results"]["put_hot"]["256"]}
     y = hot_run([0.9] * 6, date="y")
-    y["results"]["put_hot"]["256"]["rounds"]["fencegate"] = [{"rps": 900}] * 6
-    del y["results"]["put_hot"]["256"]["rounds"]["ref_seq"]
-    y["results"]["put_async"] = {"1": {"rounds": {"direct": [{"rps": 1000}] * 6}}}
-    lacking = target_verdicts(pool_runs([("x", x), ("y", y)]))
-    check("pool: a point one run lacks", [(r["median"], r["interval"]["rounds"]) for r in lacking],
-          [(0.9, 6)])
+    y["results"]["put_hot"]["64"] = {"rounds": {
+        t: rs[:3] for t, rs in y["results"]["put_hot"]["256"]["rounds"].items()}}
+    pooled = pool_runs([("x", x), ("y", y)])
+    check("pool: a point one run lacks", len(pooled["put_hot"]["256"]["rounds"]["fencegate"]), 12)
+    lacking = {r["conns"]: (r["median"], r["interval"]["rounds"])
+               for r in target_verdicts(pooled)}
+    check("pool: a point one run lacks, fewer rounds", lacking,
+          {"64": (0.5, 9), "256": (0.9, 6)})
     for bad, why in (([("a", a), ("c", hot_run([0.8] * 6, date="c", duration_s=3))], "duration_s"),
                      ([("a", a), ("a again", a)], "twice")):
         try:
@@ -1167,21 +1160,23 @@ def main():
     ap.add_argument("--baseline", metavar="PATH",
                     help="also run this (older) fencegate binary as a fourth target, "
                          "interleaved with the others, to compare two builds in one run")
-    ap.add_argument("--out", help="JSON output (default: bench/load/results/latest.json, "
-                                  "with --quick: bench/load/results/quick.json)")
+    ap.add_argument("--out", metavar="FILE",
+                    help="JSON output (default: build/bench-results/latest.json under the "
+                         "repository root, with --quick build/bench-results/quick.json; "
+                         "never the source tree)")
     ap.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 4),
                     help="fencegate threads = nginx proxy workers (default: cores, max 4)")
     ap.add_argument("--backend-workers", type=int, default=1)
     ap.add_argument("--nginx-keepalive", type=int, default=256,
                     help="nginx proxy's upstream `keepalive` (idle connections per worker); "
                          "nginx closes beyond it at once, so below the concurrency per "
-                         "worker it reconnects on a share of requests (64: before session 19)")
+                         "worker it reconnects on a share of requests")
     ap.add_argument("--wrk-threads", type=int, default=2)
     ap.add_argument("--duration", type=int, default=3, help="seconds per wrk run")
     ap.add_argument("--rounds", type=int, default=2, help="A B C repetitions per point")
     ap.add_argument("--order", choices=("alternate", "fixed"), default="alternate",
                     help="targets in a round: A B C then C B A in the next (alternate), or "
-                         "A B C every round (fixed: runs before session 29)")
+                         "A B C every round (fixed)")
     ap.add_argument("--conns", default="1,16,64,256")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--access-log", action="store_true", help="fencegate log.access_log: true")
@@ -1214,8 +1209,8 @@ def main():
                          "runs: use a separate invocation)")
     ap.add_argument("--report", metavar="JSON", nargs="+",
                     help="print the ratio table of an earlier run as Markdown and exit; with "
-                         "several runs of one build, issue 7's verdicts over all their rounds "
-                         "pooled (the runs' settings must match)")
+                         "several runs of one build, the ratio targets' verdicts over all "
+                         "their rounds pooled (the runs' settings must match)")
     ap.add_argument("--self-test", action="store_true",
                     help="check the interval and verdict arithmetic on made-up rounds and exit "
                          "(ctest: bench.load_selftest)")
@@ -1510,8 +1505,8 @@ def main():
                 })
     res = out["results"]
     targets = {}
-    # Fenced PUT against fencegate's own pass-through: GET (the issue's
-    # wording) and put_pass, the same PUT unfenced, whose backend work (a file
+    # Fenced PUT against fencegate's own pass-through, two ways: against GET,
+    # and against put_pass, the same PUT unfenced, whose backend work (a file
     # write) is the same, so that ratio is what fencing itself costs.
     for ref in ("get", "put_pass"):
         for c, row in res.get(ref, {}).items():
@@ -1552,9 +1547,9 @@ def main():
     print()
     print_table(res, ran, concs)
     if targets:
-        print("\nissue 7 target ratios:", json.dumps(targets))
+        print("\ntarget ratios:", json.dumps(targets))
     if out["ratios"]["verdicts"]:
-        print(f"\nissue 7 targets, median of the per-round ratios and its {COVERAGE:.0%}+ "
+        print(f"\nratio targets, median of the per-round ratios and its {COVERAGE:.0%}+ "
               "interval (5 rounds or more for a verdict):")
         print_verdicts(out["ratios"]["verdicts"])
     if "put_sync" in res:
@@ -1566,7 +1561,7 @@ def main():
     if "keys" in out:
         print("keys:", json.dumps(out["keys"]))
 
-    out_path = args.out or os.path.join(HERE, "results",
+    out_path = args.out or os.path.join(DEFAULT_OUT_DIR,
                                         "quick.json" if args.quick else "latest.json")
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:

@@ -1,5 +1,5 @@
 // What a timeout costs one read on a real loopback socket, on one thread:
-// a Beast tcp_stream timer per operation (what the sessions had), a
+// a Beast tcp_stream timer per operation (Beast's own timeout), a
 // Deadline (proxy/deadline.h: two clock reads, no timer), and no timeout.
 // Each iteration starts the read first (so it waits in the reactor, as a
 // proxied request's reads do), then writes one byte from the peer and runs
