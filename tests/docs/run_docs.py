@@ -33,6 +33,7 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -185,8 +186,15 @@ class Sandbox:
         os.symlink(os.path.join(ROOT, "docs"), os.path.join(self.dir, "docs"))
         self.backend = fg_helpers.NginxDav(os.path.join(self.dir, ".backend"))
         self.ports = {"backend": self.backend.port}
+        # Held open until all are chosen, so that no two roles get one port.
+        held = []
         for role in ("proxy", "admin", "locks"):
-            self.ports[role] = fg_helpers.free_port()
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+            self.ports[role] = s.getsockname()[1]
+        for s in held:
+            s.close()
         self.background = []
         self.env = dict(os.environ)
         self.env["PATH"] = os.path.dirname(self.fencegate) + os.pathsep + self.env.get("PATH", "")
