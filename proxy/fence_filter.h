@@ -1,8 +1,9 @@
 #pragma once
-// The fence filter (SPEC section 1): decides, for a request whose head has
-// been read, whether it passes through, is refused by fencegate, or is a
-// fenced write; and for a fenced write runs steps 3-4 (per-key queue, then
-// atomic check-and-advance) before the session forwards it (step 5).
+// The fence filter (docs/contract.md, "The write path"): decides, for a
+// request whose head has been read, whether it passes through, is refused by
+// fencegate, or is a fenced write; and for a fenced write waits for the key's
+// turn (per-key queue) and runs the atomic check-and-advance, before the
+// session forwards it upstream.
 //
 // Classify() is pure. FenceFilter::Check() talks to the TokenStore and the
 // KeyQueue and resumes the caller on the caller's executor. Both are
@@ -39,7 +40,7 @@ struct WriteIntent {  // NOLINT(bugprone-exception-escape)
   Kind kind = Kind::kPassThrough;
   const Route* route = nullptr;  // the matched route, if any
   std::optional<Reply> reply;    // for kReject
-  std::string outcome;           // metrics/log outcome (SPEC section 9)
+  std::string outcome;           // metrics/log outcome (docs/contract.md, "Metrics")
   std::string key;               // for kFence (and for logs when known)
   // Further keys the same write fences with the same token (COPY and MOVE:
   // the Destination), distinct from `key` and from each other; all or
