@@ -492,13 +492,15 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // The key's turn: on the executor.
   auto on_turn = OnTurnOf(p);
 
-  // Steps 3 and 4 overlap: the Advance is enqueued as soon as the write has
-  // its place in the key's queue, under the queue's lock, so that the store
-  // (which decides in call order, token_store.h) decides the writes of a key
-  // in the order they will be forwarded. While one write's upstream exchange
-  // runs, the next one's check-and-advance (and its fsync, shared with the
-  // writes queued behind it) is already done. Forwarding still waits for the
-  // turn, so writes to a key reach the backend one at a time, in order.
+  // The wait for the key's turn and the check-and-advance overlap
+  // (docs/contract.md, "The write path"): the Advance is enqueued as soon as
+  // the write has its place in the key's queue, under the queue's lock, so
+  // that the store (which decides in call order, token_store.h) decides the
+  // writes of a key in the order they will be forwarded. While one write's
+  // upstream exchange runs, the next one's check-and-advance (and its fsync,
+  // shared with the writes queued behind it) is already done. Forwarding
+  // still waits for the turn, so writes to a key reach the backend one at a
+  // time, in order.
   //
   // The relay: on the thread that hands the key on, from another thread,
   // just before on_turn is posted. Only a write the store has accepted (or,
