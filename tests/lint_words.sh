@@ -7,7 +7,7 @@
 # upstream project's bug by its full URL.
 #
 #   bash tests/lint_words.sh                # every tracked file
-#   bash tests/lint_words.sh proxy docs/x.md  # only these files or directories
+#   bash tests/lint_words.sh proxy README.md  # only these files or directories
 #
 # Reads the tracked files (git ls-files), skips binary ones, needs no build.
 # Prints FILE:LINE: [pattern] TEXT for each finding and exits 1 if there is
@@ -23,7 +23,7 @@
 #   wave         "wave" followed by a number
 #   run          "run #" and a number
 #   spec         an upper-case SPEC followed by a number, by the word
-#                "section" or by a section sign, and SPEC.md (case-sensitive)
+#                "section", by a section sign or by ".md" (case-sensitive)
 #   hash         7 to 40 lower-case hex digits with at least one letter and
 #                one digit, as a word (a commit hash), in *.md, *.txt, *.sh,
 #                *.py, *.cmake, CMakeLists.txt and executable scripts;
