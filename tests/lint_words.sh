@@ -26,8 +26,10 @@
 #                "section", by a section sign or by ".md" (case-sensitive)
 #   hash         7 to 40 lower-case hex digits with at least one letter and
 #                one digit, as a word (a commit hash), in *.md, *.txt, *.sh,
-#                *.py, *.cmake, CMakeLists.txt and executable scripts;
-#                tests/lint_words.allow lists the hex words that are data
+#                *.py, *.cmake, CMakeLists.txt and executable scripts; not
+#                32 digits, the length of a request id (X-Request-Id) in an
+#                example; tests/lint_words.allow lists the hex words that are
+#                data
 #   path         a tracked file's path with "session", "issue", "step" or
 #                "wave" and a number, "s" and two digits, or a commit hash
 set -euo pipefail
@@ -95,7 +97,8 @@ while IFS= read -r hit; do
   [[ -z "${allowed[$word]:-}" ]] || continue
   printf '%s:%s: [hash] %s\n' "$file" "${rest%%:*}" "$word"
   found=$((found + 1))
-done < <(search -o -e '(?<![.\w])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b' \
+done < <(search -o -e \
+  '(?<![.\w])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])(?:[0-9a-f]{7,31}|[0-9a-f]{33,40})\b' \
   -- "${paths[@]}")
 
 # File names: a name is read as often as a line.
