@@ -70,7 +70,7 @@ def post_json(url, path, obj, timeout):
 
 
 class FencegateLocks:
-    """fencegate's lock service (SPEC section 8)."""
+    """fencegate's lock service (docs/contract.md, "Lock service")."""
 
     def __init__(self, url, ttl_ms):
         self.url, self.ttl_ms = url, ttl_ms

@@ -1,6 +1,7 @@
-// Load(): YAML text -> validated Config (SPEC section 5). Every section has
-// one reader function; all of them go through YamlReader so that unknown
-// keys, wrong types and bad values stop the load with file, line and field.
+// Load(): YAML text -> validated Config (docs/contract.md, "Configuration").
+// Every section has one reader function; all of them go through YamlReader so
+// that unknown keys, wrong types and bad values stop the load with file, line
+// and field.
 
 #include "config/config.h"
 
@@ -425,9 +426,10 @@ void DeriveDefaults(Config* c) {
 // Walks the documents of `yaml` without building them. yaml-cpp 0.7's
 // YAML::LoadAll never returns on a token that cannot start a node, such as a
 // stray ',': it emits the same empty document again and again, allocating
-// until the process is killed (yaml-cpp issue #1040, fixed in 0.8). Such a
-// document starts where the previous one did; returns its mark, or nullopt
-// when every document moves on. Throws YAML::Exception on syntax errors.
+// until the process is killed (https://github.com/jbeder/yaml-cpp/issues/1040,
+// fixed in 0.8). Such a document starts where the previous one did; returns
+// its mark, or nullopt when every document moves on. Throws YAML::Exception
+// on syntax errors.
 class DocumentStarts : public YAML::EventHandler {
  public:
   std::optional<YAML::Mark> stuck;

@@ -1,8 +1,8 @@
 #pragma once
-// The Config struct: every field of SPEC section 5 with its documented
-// default. Load() reads YAML with yaml-cpp and validates everything; errors
-// name the file, the line and the dotted field ("routes[1].mode"). Components
-// receive an immutable std::shared_ptr<const Config>.
+// The Config struct: every field of docs/contract.md, "Configuration", with its
+// documented default. Load() reads YAML with yaml-cpp and validates everything;
+// errors name the file, the line and the dotted field ("routes[1].mode").
+// Components receive an immutable std::shared_ptr<const Config>.
 //
 // Fields marked "derived" (endpoints, upstream host/port/base_path) are
 // filled by Load() only; a Config built by hand must set them itself.
@@ -112,7 +112,8 @@ struct RouteConfig {
   // keep (true: the parameters are part of the key).
   bool keep_path_params = false;
   bool case_insensitive = false;  // keys made from the lower-cased path
-  std::optional<Duration> idempotency;  // nullopt = off (SPEC section 7, planned)
+  // nullopt = off (docs/contract.md, "Idempotency keys"; planned)
+  std::optional<Duration> idempotency;
   int line = 0;              // line of the route in the file, for messages
 
   bool operator==(const RouteConfig&) const = default;

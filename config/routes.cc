@@ -174,7 +174,8 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
          regex_field = v;
          if (!r.NonEmptyString(v, kRegexExpected, &route->path_regex)) return false;
          // A repetition count libstdc++ would overflow while compiling
-         // (undefined behaviour there, found by fuzz_config): refused first.
+         // (undefined behaviour there; fuzz_config's corpus holds such
+         // patterns): refused first.
          if (HasHugeCount(route->path_regex)) {
            return r.Fail(v, "'" + route->path_regex +
                                 "' has a repetition count or back-reference of more "

@@ -1,5 +1,6 @@
 #pragma once
-// Reading the `routes:` list (SPEC sections 3 and 5). Internal to config/.
+// Reading the `routes:` list (docs/contract.md, "Keys and canonical paths"
+// and "Configuration"). Internal to config/.
 
 #include <vector>
 

@@ -1,7 +1,8 @@
 #pragma once
-// The lock endpoint's requests and replies (SPEC section 8), without
-// sockets: URL shape and lock name, the JSON body, and the JSON reply to
-// each answer of the service. LockSession reads a message and calls these.
+// The lock endpoint's requests and replies (docs/contract.md, "Lock
+// service"), without sockets: URL shape and lock name, the JSON body, and the
+// JSON reply to each answer of the service. LockSession reads a message and
+// calls these.
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -40,7 +41,8 @@ using LockRequest = proxy::http::request<proxy::http::string_body>;
 std::optional<LockCall> DecodeLockRequest(const LockRequest& req, Duration max_ttl,
                                           proxy::Reply* refusal);
 
-// The reply to a service answer for `name` (SPEC section 8, errors as JSON).
+// The reply to a service answer for `name` (docs/contract.md, "Lock
+// service": errors as JSON).
 proxy::Reply LockReply(const std::string& name, LockOp op, const LockResult& result);
 
 }  // namespace fencegate::locks

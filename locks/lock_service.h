@@ -1,5 +1,6 @@
 #pragma once
-// LockService: named locks with leases and fencing tokens (SPEC section 8).
+// LockService: named locks with leases and fencing tokens (docs/contract.md,
+// "Lock service").
 //
 // A lock is free or held by one lease. Acquire grants a lease with a TTL and a
 // token strictly greater than every token granted before for that lock name,

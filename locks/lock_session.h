@@ -1,5 +1,6 @@
 #pragma once
-// LockSession: one connection to the lock listener (SPEC section 8).
+// LockSession: one connection to the lock listener (docs/contract.md, "Lock
+// service").
 //
 //   POST /v1/locks/{name}/acquire  {"ttl": "10s", "wait": "5s"}
 //        -> 200 {"token": N, "lease": ID, "expires_in_ms": M}, or 409 lock_held

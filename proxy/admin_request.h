@@ -1,7 +1,8 @@
 #pragma once
-// Decoding of admin requests (SPEC section 6), without sockets: the key in
-// the target, the bearer token check and the fence body. AdminSession calls
-// these; unit tests and the admin_request fuzz target drive them directly.
+// Decoding of admin requests (docs/contract.md, "Admin API"), without
+// sockets: the key in the target, the bearer token check and the fence body.
+// AdminSession calls these; unit tests and the admin_request fuzz target
+// drive them directly.
 
 #include <cstdint>
 #include <optional>
@@ -16,8 +17,9 @@ namespace fencegate::proxy {
 bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence);
 
 // "" when a decoded admin key can be a key at all, else why not (for a 400
-// bad_key): longer than kMaxKeyBytes, as no route's key can be (SPEC
-// section 3), and as the store would refuse it.
+// bad_key): longer than kMaxKeyBytes, as no route's key can be
+// (docs/contract.md, "Keys and canonical paths"), and as the store would
+// refuse it.
 std::string CheckAdminKey(std::string_view key);
 
 // Compares without an early exit, so the time taken does not reveal how

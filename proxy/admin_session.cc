@@ -191,10 +191,10 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
                   MakeJson(http::status::ok, {{"key", key}, {"token", f.current}}));
   };
   auto raise = [&] { ctx_.store->Raise(key, token, std::move(raised)); };
-  // Through the key's queue (SPEC section 6): the writes already queued for
-  // the key, whose Advances the store decided before this Raise, learn the
-  // fence at their turn and are refused if their token is lower. The answer
-  // still waits for the Raise to be durable.
+  // Through the key's queue (docs/contract.md, "Admin API"): the writes
+  // already queued for the key, whose Advances the store decided before this
+  // Raise, learn the fence at their turn and are refused if their token is
+  // lower. The answer still waits for the Raise to be durable.
   if (ctx_.queue == nullptr) return raise();
   ctx_.queue->Fence(key, token, raise);
 }

@@ -1,6 +1,7 @@
 #pragma once
-// AdminSession: one connection to the admin listener (SPEC section 6), on
-// its own port and never reachable through the proxy listener.
+// AdminSession: one connection to the admin listener (docs/contract.md,
+// "Admin API"), on its own port and never reachable through the proxy
+// listener.
 //
 //   GET  /healthz                 process is up
 //   GET  /readyz                  store healthy and upstream accepting TCP

@@ -7,7 +7,7 @@
 // timerfd_settime when it becomes the earliest, and each cancel a handler
 // that costs the event loop one more non-blocking epoll_wait (measured at 1
 // connection: 1.9 timerfd_settime and 3.3 epoll_wait per GET, against 0 and
-// 1.9 without them; README, "Later: coarse timeouts").
+// 1.9 without them; docs/performance.md).
 //
 // Here a stream's timeout is a Deadline, a time point set when an operation
 // starts and cleared when its handler runs (Timed). One DeadlineSweep per

@@ -258,7 +258,8 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     }
   }
 
-  // Step 2 first, so that even a 428 can name the key.
+  // The key is derived before the token is checked, so that even a 428 can
+  // name the key.
   // A header sent twice cannot name one key: treat it as absent (400 bad_key).
   auto lookup = [&headers](std::string_view name) -> std::optional<std::string_view> {
     auto range = headers.equal_range(name);
@@ -280,7 +281,7 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     if (source_fenced && dest_key != intent.key) intent.extra_keys.push_back(std::move(dest_key));
   }
 
-  // Step 1: the token (its values were read with the head's other fields).
+  // The token (its values were read with the head's other fields).
   TokenParse token = ParseTokenHeaders(std::span(facts.tokens.data(), facts.n_tokens));
   if (token.status == TokenStatus::kMissing) {
     intent.outcome = "token_required";
@@ -349,7 +350,7 @@ struct PendingFence {
   storage::Status status;    // guarded by mu until delivered
   storage::Fence fence;      // guarded by mu until delivered
   // A write of several keys (CheckSeveral): what one key's write does not
-  // need, apart, so that its PendingFence stays as it was.
+  // need, kept apart, so that a one-key write's PendingFence does not carry it.
   struct SeveralKeys {
     std::vector<std::string> extra_keys;  // set before the store call, then read only
     // The store's BatchFence, `fence` holding its verdict and the current
@@ -392,7 +393,8 @@ struct PendingFence {
       v.reply = MakeStale(KeyAt(several ? several->stale : 0), token, fence.current);
     } else if (fenced > 0) {
       // Accepted before an admin fence that was decided while it waited:
-      // the fence is a barrier (SPEC section 6), so it never goes.
+      // the fence is a barrier (docs/contract.md, "Admin API"), so it never
+      // goes.
       const size_t i = fenced - 1;
       const KeyLease& held = i == 0 ? v.lease : v.lease.more()[i - 1];
       const uint64_t stored = several ? several->currents[i] : fence.current;
@@ -429,13 +431,13 @@ struct PendingFence {
 
 // The handler of the key's turn (every key's, for a write of several), on
 // the executor. A lambda, not a function it calls: std::function's invoker
-// then holds the whole turn, as one key's write had it before.
+// then holds the whole turn.
 auto OnTurnOf(std::shared_ptr<PendingFence> pending) {
   return [p = std::move(pending)](KeyLease lease) {
     if (!lease.held()) {
-      // Too many writes already wait for this key (enforce mode only:
-      // shadow mode never refuses, SPEC 5, so its writes always queue). No
-      // Advance was made for this write.
+      // Too many writes already wait for this key (enforce mode only: shadow
+      // mode never refuses, docs/contract.md, "Configuration", so its writes
+      // always queue). No Advance was made for this write.
       FenceVerdict v;
       v.outcome = "overloaded";
       Reply r = MakeError(http::status::service_unavailable, "too_many_waiting",
@@ -490,13 +492,15 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // The key's turn: on the executor.
   auto on_turn = OnTurnOf(p);
 
-  // Steps 3 and 4 overlap: the Advance is enqueued as soon as the write has
-  // its place in the key's queue, under the queue's lock, so that the store
-  // (which decides in call order, token_store.h) decides the writes of a key
-  // in the order they will be forwarded. While one write's upstream exchange
-  // runs, the next one's check-and-advance (and its fsync, shared with the
-  // writes queued behind it) is already done. Forwarding still waits for the
-  // turn, so writes to a key reach the backend one at a time, in order.
+  // The wait for the key's turn and the check-and-advance overlap
+  // (docs/contract.md, "The write path"): the Advance is enqueued as soon as
+  // the write has its place in the key's queue, under the queue's lock, so
+  // that the store (which decides in call order, token_store.h) decides the
+  // writes of a key in the order they will be forwarded. While one write's
+  // upstream exchange runs, the next one's check-and-advance (and its fsync,
+  // shared with the writes queued behind it) is already done. Forwarding
+  // still waits for the turn, so writes to a key reach the backend one at a
+  // time, in order.
   //
   // The relay: on the thread that hands the key on, from another thread,
   // just before on_turn is posted. Only a write the store has accepted (or,

@@ -1,8 +1,9 @@
 #pragma once
-// The fence filter (SPEC section 1): decides, for a request whose head has
-// been read, whether it passes through, is refused by fencegate, or is a
-// fenced write; and for a fenced write runs steps 3-4 (per-key queue, then
-// atomic check-and-advance) before the session forwards it (step 5).
+// The fence filter (docs/contract.md, "The write path"): decides, for a
+// request whose head has been read, whether it passes through, is refused by
+// fencegate, or is a fenced write; and for a fenced write waits for the key's
+// turn (per-key queue) and runs the atomic check-and-advance, before the
+// session forwards it upstream.
 //
 // Classify() is pure. FenceFilter::Check() talks to the TokenStore and the
 // KeyQueue and resumes the caller on the caller's executor. Both are
@@ -39,7 +40,7 @@ struct WriteIntent {  // NOLINT(bugprone-exception-escape)
   Kind kind = Kind::kPassThrough;
   const Route* route = nullptr;  // the matched route, if any
   std::optional<Reply> reply;    // for kReject
-  std::string outcome;           // metrics/log outcome (SPEC section 9)
+  std::string outcome;           // metrics/log outcome (docs/contract.md, "Metrics")
   std::string key;               // for kFence (and for logs when known)
   // Further keys the same write fences with the same token (COPY and MOVE:
   // the Destination), distinct from `key` and from each other; all or
@@ -57,7 +58,8 @@ struct FenceSettings {
   std::string token_header = "Fencing-Token";
 };
 
-// Steps 1-2: token and key. `canonical_path` is CanonicalizeTarget's path.
+// The token and the key of the write path (docs/contract.md, "The write
+// path"). `canonical_path` is CanonicalizeTarget's path.
 // Besides the route's token and key it refuses (400) what could write one
 // resource under another key or slip past the fence: a ';' in the path of
 // a request that may write (unless its route keeps path parameters), a
@@ -96,21 +98,21 @@ class FenceFilter {
 
   FenceFilter(storage::TokenStore& store, KeyQueue& queue) : store_(store), queue_(queue) {}
 
-  // Steps 3-4: the key's turn and the check-and-advance. `handler` runs on
-  // `executor`, once: before Check returns when the calling thread runs
-  // `executor`, the key is free and the store answers at once (KeyQueue,
-  // RocksDbStore under async), else later. The Advance is made as soon as the write has its place
-  // in the key's queue (so it overlaps the exchange of the write ahead; the
-  // store decides a key's writes in queue order), and a forward verdict
-  // comes only with the key's turn: writes to a key are forwarded one at a
-  // time, in order. A refusal (409 stale, 503 store error) comes as soon as
-  // the store answers, without waiting for the turn. When the key's queue is
-  // full the verdict is a 503 too_many_waiting (outcome "overloaded") at
-  // once and nothing reaches the store. In shadow mode the verdict is always
-  // forward, in turn; a stale token or a store error is reported in
-  // shadow_violation instead. A write that was accepted but whose token is
-  // below an admin fence decided while it waited (KeyQueue::Fence, the
-  // lease's floor) is refused at its turn: 409 stale, current the fence.
+  // The key's turn and the check-and-advance of the write path. `handler`
+  // runs on `executor`, once: before Check returns when the calling thread
+  // runs `executor`, the key is free and the store answers at once (KeyQueue,
+  // RocksDbStore under async), else later. The Advance is made as soon as the
+  // write has its place in the key's queue (so it overlaps the exchange of
+  // the write ahead; the store decides a key's writes in queue order), and a
+  // forward verdict comes only with the key's turn: writes to a key are
+  // forwarded one at a time, in order. A refusal (409 stale, 503 store error)
+  // comes as soon as the store answers, without waiting for the turn. When
+  // the key's queue is full the verdict is a 503 too_many_waiting (outcome
+  // "overloaded") at once and nothing reaches the store. In shadow mode the
+  // verdict is always forward, in turn; a stale token or a store error is
+  // reported in shadow_violation instead. A write that was accepted but whose
+  // token is below an admin fence decided while it waited (KeyQueue::Fence,
+  // the lease's floor) is refused at its turn: 409 stale, current the fence.
   //
   // With `intent.extra_keys`: one AdvanceAll of the same token for `key` and
   // every extra key, and the write's place in the queues of all of them at

@@ -1,11 +1,11 @@
 #pragma once
-// Handing a fenced write's upstream exchange across I/O threads (the hot
-// key, issue 7).
+// Handing a fenced write's upstream exchange across I/O threads (a hot key,
+// one that many clients write at once).
 //
 // Each I/O thread has its own sessions and its own upstream connections.
 // When a key's write ends on one thread and the key's next write belongs to
-// a session of the other, that session had to be woken before its request
-// could go: a post and a wake-up on the key's critical path. Instead, the
+// a session of the other, waking that session before its request can go
+// would put a post and a wake-up on the key's critical path. Instead, the
 // thread that hands the key on (KeyLease::HandOn) may be a Courier: it sends
 // the next write's request, already built whole (HttpSession), on one of
 // its own upstream connections at once, then gives that connection, with

@@ -102,7 +102,7 @@ DownstreamFraming DecideDownstreamFraming(
 // line. The session sends a head built here together with a body it holds
 // whole in one write, instead of through Beast's serializer, whose buffer
 // views (a start line in three pieces, then one per field) cost 7% of
-// fencegate's CPU per request at 64 connections (README "Performance").
+// fencegate's CPU per request at 64 connections (docs/performance.md).
 // Bodies that stream or are chunked still go through the serializer.
 void AppendHead(const UpstreamRequest::header_type& h, std::string* out);
 void AppendHead(const DownstreamResponse::header_type& h, std::string* out);

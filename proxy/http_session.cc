@@ -865,7 +865,7 @@ void HttpSession::FinishRequest(bool keep_alive) {
   down_sr_.reset();
   reply_ = {};
   // An idle keep-alive connection holds no body-sized buffers: with many
-  // idle clients that memory adds up (issue 7 measured 576 MiB at 10k).
+  // idle clients that memory adds up (about 576 MiB for 10,000 of them).
   body_buffer_.reset();
   body_capacity_ = 0;
   up_buffer_.clear();
@@ -887,12 +887,12 @@ void HttpSession::FinishRequest(bool keep_alive) {
 // the event loop when the next one's session is on the same I/O thread
 // (KeyLease::HandOn); one on another thread costs a wake-up of that thread
 // and the upstream connection's move to it (handoff.h), and every hot-key
-// write then keeps both threads busy sleeping and waking. Measured on 2
-// cores (README, "Performance", step 14): one I/O thread ran the hot key
-// 1.09-1.34x faster than two. So a session whose writes keep
-// waiting for a key that lives on another thread moves there, between two
-// requests: all the clients of a hot key end up on its thread, and the
-// hand-overs between their writes stay there.
+// write then keeps both threads busy sleeping and waking. Measured on 2 cores
+// (docs/performance.md): one I/O thread runs the hot key 1.09-1.34x faster
+// than two. So a session whose writes keep waiting for a key that lives on
+// another thread moves there, between two requests: all the clients of a hot
+// key end up on its thread, and the hand-overs between their writes stay
+// there.
 Worker* HttpSession::HomeOf(const std::string& key) const {
   if (ctx_.workers.size() < 2) return nullptr;
   return ctx_.workers[KeyQueue::ShardOf(key) % ctx_.workers.size()];
@@ -966,7 +966,7 @@ void HttpSession::Resume(std::string_view pending, uint64_t requests_served) {
 
 void HttpSession::Sweep(Clock::time_point now) {
   beast::error_code ignored;
-  // As Beast's own timeouts did: the socket is closed, the pending
+  // As Beast's own timeouts do: the socket is closed, the pending
   // operation ends with an error, and its handler ends the exchange.
   if (client_deadline_.Expire(now)) stream_.socket().close(ignored);
   if (upstream_deadline_.Expire(now) && upstream_) {

@@ -1,8 +1,9 @@
 #pragma once
-// KeyQueue: per-key FIFO mutual exclusion for fenced writes (SPEC section 1,
-// step 3). A write to key K proceeds only when the previous accepted write to
-// K has completed or failed; writes to different keys never wait on each
-// other. Waiters are resumed in arrival order, each on its own executor.
+// KeyQueue: per-key FIFO mutual exclusion for fenced writes (the wait for the
+// key's turn in docs/contract.md, "The write path"). A write to key K
+// proceeds only when the previous accepted write to K has completed or
+// failed; writes to different keys never wait on each other. Waiters are
+// resumed in arrival order, each on its own executor.
 //
 // Thread-safe. A KeyLease is the right to run the write: releasing it (by
 // destruction or Release()) hands the key to the next waiter. Keys are
@@ -103,9 +104,9 @@ class KeyLease {
   uint64_t floor_ = 0;
   // The further keys of an AcquireAll, owned; null (nothing allocated) for
   // one key. Set only while queue_ is (a lease of several keys holds its
-  // first), and freed by the release: a lease's move and destruction then
-  // cost no more than they did before leases of several keys, and it stays
-  // small enough to be inlined on the fenced write path.
+  // first), and freed by the release: a one-key lease's move and
+  // destruction then cost no more than one pointer's, and it stays small
+  // enough to be inlined on the fenced write path.
   std::vector<KeyLease>* more_ = nullptr;
 };
 
@@ -171,20 +172,20 @@ class KeyQueue {
                   boost::asio::any_io_executor executor, Handler handler, bool bounded = true,
                   const std::function<void()>& on_queued = {});
 
-  // The admin fence as a barrier (SPEC section 6). Under the lock of the
-  // key's shard: if any write holds or waits for the key, raises the key's
-  // floor to at least `token`, then runs `on_queued` (the store's Raise)
-  // before letting go. Every write whose store decision came before that
-  // Raise has its place in the key's queue already, and each one that gets
-  // its turn from now on learns the floor (KeyLease::floor) and is refused
-  // if its token is lower; every write placed later is decided after the
-  // Raise, by the store. The one write that already holds the key's turn
-  // when the fence is decided is not stopped: it may still reach the
-  // backend (at most one per key, since a key's writes go one at a time).
-  // Does not wait for the key's turn. The floor goes with the key's entry
-  // once no write holds or waits for it. It stays if the Raise then fails:
-  // the writes it outranks were queued before the fence, which meant to stop
-  // them, and a retried fence stores it. on_queued: as for Acquire.
+  // The admin fence as a barrier (docs/contract.md, "Admin API"). Under the
+  // lock of the key's shard: if any write holds or waits for the key, raises
+  // the key's floor to at least `token`, then runs `on_queued` (the store's
+  // Raise) before letting go. Every write whose store decision came before
+  // that Raise has its place in the key's queue already, and each one that
+  // gets its turn from now on learns the floor (KeyLease::floor) and is
+  // refused if its token is lower; every write placed later is decided after
+  // the Raise, by the store. The one write that already holds the key's turn
+  // when the fence is decided is not stopped: it may still reach the backend
+  // (at most one per key, since a key's writes go one at a time). Does not
+  // wait for the key's turn. The floor goes with the key's entry once no
+  // write holds or waits for it. It stays if the Raise then fails: the writes
+  // it outranks were queued before the fence, which meant to stop them, and a
+  // retried fence stores it. on_queued: as for Acquire.
   void Fence(const std::string& key, uint64_t token, const std::function<void()>& on_queued);
 
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }

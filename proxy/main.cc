@@ -77,8 +77,9 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
   int code = kExitOk;
   {
     proxy::Server server(cfg, *store, set_faults, std::move(tls));
-    // The lock service (locks.listen, SPEC section 8) runs on its own thread
-    // and stops after the server's drain, before the store is closed.
+    // The lock service (locks.listen, docs/contract.md, "Lock service") runs
+    // on its own thread and stops after the server's drain, before the store
+    // is closed.
     std::optional<locks::LockServer> lock_server;
     if (cfg->locks.endpoint) lock_server.emplace(cfg, *store);
     std::string error;

@@ -5,10 +5,10 @@
 // Asio's epoll reactor tries every read at once (a "speculative" recv)
 // before it queues the read for the socket's next readiness event. After
 // fencegate writes a request upstream, that recv almost always finds
-// nothing: the response cannot be there yet. It cost one empty recvmsg per
-// proxied request, about 1 us of the 26-36 us of CPU a request takes on the
-// development machine, and it was the larger part of what fencegate spends
-// per GET beyond nginx (bench/PERFORMANCE.md, sessions 22-24). nginx makes
+// nothing: the response cannot be there yet. That costs one empty recvmsg
+// per proxied request, about 1 us of the 26-36 us of CPU a request takes on
+// the development machine, and it is the larger part of what fencegate
+// would spend per GET beyond nginx (docs/performance.md). nginx makes
 // no such call: after its read found the socket drained it waits for the
 // next event (its `ready` flag).
 //

@@ -1,7 +1,8 @@
 #pragma once
-// The responses fencegate makes itself (SPEC section 4): always JSON,
-// {"error": CODE, "message": TEXT, ...}. Every such reply is built here, and a
-// storage::Status becomes an HTTP reply in exactly one function.
+// The responses fencegate makes itself (docs/contract.md, "Responses"):
+// always JSON, {"error": CODE, "message": TEXT, ...}. Every such reply is
+// built here, and a storage::Status becomes an HTTP reply in exactly one
+// function.
 
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,8 @@
 #pragma once
-// Routing and key templates (SPEC section 3). A Router is built once from the
-// config's routes (immutable, shared by all threads) and answers, for a
-// method and canonical path, which route applies and what key it fences.
+// Routing and key templates (docs/contract.md, "Keys and canonical paths").
+// A Router is built once from the config's routes (immutable, shared by all
+// threads) and answers, for a method and canonical path, which route applies
+// and what key it fences.
 
 #include <boost/container/small_vector.hpp>
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-// Fencing token parsing (SPEC section 2).
+// Fencing token parsing (docs/contract.md, "Tokens").
 
 #include <cstdint>
 #include <span>

@@ -219,11 +219,11 @@ void UpstreamPool::ScheduleTrim() {
 // down and connects new ones on the next swing up: measured with 256 client
 // connections on 2 threads (64 idle each), one upstream connect and close
 // per 4-5 requests, in nginx with `keepalive 64` as in fencegate; without
-// them fencegate's CPU per GET there was 0.62-0.74 of what it had been
-// (README, "What dominated", step 12). So the excess stays while it is
-// used: idle_ is oldest first and reuse takes the newest, so a connection
-// at the front that has sat there for kBurstGrace has not been needed by
-// the last second's load and goes.
+// them fencegate's CPU per GET there is 0.62-0.74 of what it is with them
+// (docs/performance.md). So the excess stays while it is used: idle_ is
+// oldest first and reuse takes the newest, so a connection at the front that
+// has sat there for kBurstGrace has not been needed by the last second's load
+// and goes.
 void UpstreamPool::TrimExcess() {
   const Clock::time_point now = Clock::now();
   size_t excess = idle_.size() > config_.max_idle_connections

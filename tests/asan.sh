@@ -10,7 +10,7 @@
 # -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined,
 # and with the tests on it holds the fencegate binary, the unit tests and
 # the fuzz targets. Building it once costs less than a separate g++ ASan
-# build plus the clang fuzz build (README "Sanitizer builds").
+# build plus the clang fuzz build (docs/development.md).
 #
 # Runs ctest in that build: every unit test, fuzz.replay.* (each fuzz
 # target over its seed corpus) and the integration suite (pytest through the

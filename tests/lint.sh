@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Static analysis: clang-tidy (checks in .clang-tidy) and cppcheck over
+# The process-words check over every tracked file (tests/lint_words.sh: no
+# work-period, issue or step numbers, no commit hashes, the contract cited by
+# heading), then static analysis: clang-tidy (checks in .clang-tidy) and cppcheck over
 # fencegate's own sources, through the compile database of a configure-only
 # clang build directory. clang-tidy reads proxy/, storage/, config/, tls/ and
 # locks/ -- every header they include from those directories too; cppcheck
@@ -8,15 +10,16 @@
 # much as a proxy source, for code that only drives the code under test.)
 # tests/run.sh runs it first (FENCEGATE_SKIP_LINT=1 skips it).
 #
-#   bash tests/lint.sh              # both tools, every source
+#   bash tests/lint.sh              # all three, every source
+#   bash tests/lint.sh words        # only the process-words check (no cmake)
 #   bash tests/lint.sh tidy         # only clang-tidy
 #   bash tests/lint.sh cppcheck     # only cppcheck
 #
 # Any finding fails it: clang-tidy runs with WarningsAsErrors '*', cppcheck
 # with --error-exitcode=1. A finding is fixed in the code; where a check is
 # wrong about one line, that line carries a NOLINT(check) or a
-# cppcheck-suppress comment with the reason next to it. README "Static
-# analysis" says which checks are on and why some are off.
+# cppcheck-suppress comment with the reason next to it. docs/development.md
+# says which checks are on and why some are off.
 #
 # Environment:
 #   FENCEGATE_LINT_BUILD_DIR  where the compile database is generated
@@ -30,28 +33,33 @@ JOBS="${LINT_JOBS:-2}"
 TIDY_DIRS=(proxy storage config tls locks)
 CPPCHECK_DIRS=(proxy storage config tls locks tests)
 tools=("$@")
-[[ ${#tools[@]} -gt 0 ]] || tools=(tidy cppcheck)
+[[ ${#tools[@]} -gt 0 ]] || tools=(words tidy cppcheck)
 
 started=$(date +%s)
-# clang's own command lines, so that clang-tidy sees exactly what clang
-# compiles. The fuzz targets are configured as replay programs (plain
-# sources, no -fsanitize=fuzzer), the benchmarks are left out.
-CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
-  -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
+mkdir -p "$BUILD"
 db="$BUILD/compile_commands.json"
-
+tidy_files=()
+cppcheck_files=()
 # The sources of $db under the given directories, one a line.
 sources() {
   local re
   re="$(IFS='|'; echo "$*")"
   sed -n 's/^ *"file": "\(.*\)",\{0,1\}$/\1/p' "$db" | grep -E "^$ROOT/($re)/" | sort -u
 }
-mapfile -t tidy_files < <(sources "${TIDY_DIRS[@]}")
-mapfile -t cppcheck_files < <(sources "${CPPCHECK_DIRS[@]}")
-if [[ ${#tidy_files[@]} -eq 0 || ${#cppcheck_files[@]} -eq 0 ]]; then
-  echo "lint: no project source in $db" >&2
-  exit 1
+# Only clang-tidy and cppcheck need the compile database.
+if [[ " ${tools[*]} " == *" tidy "* || " ${tools[*]} " == *" cppcheck "* ]]; then
+  # clang's own command lines, so that clang-tidy sees exactly what clang
+  # compiles. The fuzz targets are configured as replay programs (plain
+  # sources, no -fsanitize=fuzzer), the benchmarks are left out.
+  CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+    -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
+  mapfile -t tidy_files < <(sources "${TIDY_DIRS[@]}")
+  mapfile -t cppcheck_files < <(sources "${CPPCHECK_DIRS[@]}")
+  if [[ ${#tidy_files[@]} -eq 0 || ${#cppcheck_files[@]} -eq 0 ]]; then
+    echo "lint: no project source in $db" >&2
+    exit 1
+  fi
 fi
 
 failed=()
@@ -61,6 +69,12 @@ for tool in "${tools[@]}"; do
   log="$BUILD/$tool.log"
   rc=0
   case "$tool" in
+    words)
+      # Every tracked file (not only sources); one finding a line.
+      mapfile -t files < <(git -C "$ROOT" ls-files)
+      bash "$ROOT/tests/lint_words.sh" >"$log" 2>&1 || rc=$?
+      findings=$(grep -c ': \[[a-zA-Z]*\] ' "$log" || true)
+      ;;
     tidy)
       # One clang-tidy per source, $JOBS at a time; the headers they include
       # are checked through HeaderFilterRegex (.clang-tidy).
@@ -89,15 +103,19 @@ for tool in "${tools[@]}"; do
         --template='{file}:{line}:{column}: {severity}: {message} [{id}]' >"$log" 2>&1 || rc=$?
       findings=$(grep -cE '^[^ ].*:[0-9]+:[0-9]+: ' "$log" || true)
       ;;
-    *) echo "lint: unknown tool $tool (tidy or cppcheck)" >&2; exit 2 ;;
+    *) echo "lint: unknown tool $tool (words, tidy or cppcheck)" >&2; exit 2 ;;
   esac
   secs=$(( $(date +%s) - t0 ))
-  line="$tool: ${#files[@]} sources, $findings findings, exit $rc, ${secs} s"
+  line="$tool: ${#files[@]} files, $findings findings, exit $rc, ${secs} s"
   if [[ $rc -ne 0 || $findings -gt 0 ]]; then
     failed+=("$tool")
     echo "---- $tool findings ($log):"
-    grep -E -A3 '^[^ ].*:[0-9]+:[0-9]+: (warning|error|style|performance|portability)' "$log" |
-      head -n 200 || tail -n 60 "$log"
+    if [[ $tool == words ]]; then
+      head -n 200 "$log"
+    else
+      grep -E -A3 '^[^ ].*:[0-9]+:[0-9]+: (warning|error|style|performance|portability)' "$log" |
+        head -n 200 || tail -n 60 "$log"
+    fi
   fi
   echo "lint: $line"
   summary+=("$line")

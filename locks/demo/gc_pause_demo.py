@@ -356,7 +356,7 @@ def run_demo(fencegate_bin, lock, workdir=None, out=sys.stdout):
 
 
 def check(direct, fenced):
-    """The story as the README tells it; returns a list of what went wrong."""
+    """The story as docs/locks.md tells it; returns a list of what went wrong."""
     problems = []
     for name, s in (("direct", direct), ("fenced", fenced)):
         if not s["c2_token"] > s["c1_token"]:

@@ -1,4 +1,5 @@
-// Key template validation (SPEC section 3), directly and through Load().
+// Key template validation (docs/contract.md, "Keys and canonical paths"),
+// directly and through Load().
 
 #include <gtest/gtest.h>
 

@@ -128,9 +128,9 @@ TEST(LoadErrorsTest, UpstreamUrlParts) {
   EXPECT_TRUE(FailsAt("upstream:\n  url: http://h:70000/\n", 2, "upstream.url", "port '70000'"));
 }
 
-// Found by fuzz_config: yaml-cpp 0.7's LoadAll never returned on a stray
-// ',' (it allocated empty documents until the OOM killer came), so
-// "fencegate --check" hung on such a file instead of exiting 2.
+// yaml-cpp 0.7's LoadAll never returns on a stray ',' (it allocates empty
+// documents until the OOM killer comes): "fencegate --check" must still
+// exit 2 on such a file, not hang (a fuzz_config case).
 TEST(LoadErrorsTest, StrayCommaIsASyntaxErrorNotAHang) {
   EXPECT_EQ(ErrorOf(","), "test.yaml:1: YAML syntax error: unexpected ','");
   EXPECT_EQ(ErrorOf(",,,,\nr aU\n"), "test.yaml:1: YAML syntax error: unexpected ','");
@@ -138,9 +138,9 @@ TEST(LoadErrorsTest, StrayCommaIsASyntaxErrorNotAHang) {
   EXPECT_EQ(ErrorOf(WithUpstream("---\n,\n")), "test.yaml:3: YAML syntax error: unexpected ','");
 }
 
-// Found by fuzz_config: Boost.URL 1.81 parses "http://h:9)00" as port 9 and
-// path ")00", which became the base path: "--check" said OK and every
-// forwarded request line would have been ")00/objects/a".
+// Boost.URL 1.81 parses "http://h:9)00" as port 9 and path ")00": taken as
+// the base path, "--check" would say OK and every forwarded request line
+// would be ")00/objects/a" (a fuzz_config case).
 TEST(LoadErrorsTest, UpstreamUrlPathMustStartWithSlash) {
   EXPECT_TRUE(FailsAt("upstream:\n  url: \"http://127.0.0.1:9)00\"\n", 2, "upstream.url",
                       "the path must start with '/'"));

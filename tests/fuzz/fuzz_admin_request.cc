@@ -1,9 +1,9 @@
-// Fuzz target: the admin listener's request decoding (SPEC section 6), as
-// AdminSession runs it: a request_parser<string_body> with the admin
-// limits, then the key in the target (ParseAdminKeyTarget), the bearer
-// check (BearerMatches) and the fence body (ParseFenceBody), and the JSON
-// replies those answers produce. Pipelined requests are read in turn while
-// keep-alive holds.
+// Fuzz target: the admin listener's request decoding (docs/contract.md,
+// "Admin API"), as AdminSession runs it: a request_parser<string_body> with
+// the admin limits, then the key in the target (ParseAdminKeyTarget), the
+// bearer check (BearerMatches) and the fence body (ParseFenceBody), and the
+// JSON replies those answers produce. Pipelined requests are read in turn
+// while keep-alive holds.
 //
 // Invariants checked (a violation traps):
 //  - a decoded key is non-empty, and percent-encoded back into a target it

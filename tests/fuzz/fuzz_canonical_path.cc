@@ -1,4 +1,5 @@
-// Fuzz target: canonical path, routing and key templates (SPEC section 3).
+// Fuzz target: canonical path, routing and key templates (docs/contract.md,
+// "Keys and canonical paths").
 //
 // Input: up to three lines.
 //   line 1: a request target ("/objects//a/../b?x=1")

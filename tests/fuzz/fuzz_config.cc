@@ -1,4 +1,4 @@
-// Fuzz target: the YAML config loader (SPEC section 5), as
+// Fuzz target: the YAML config loader (docs/contract.md, "Configuration"), as
 // `fencegate --config FILE --check` runs it: LoadFromString, then the
 // router build that main() does on what the loader accepted; on success a
 // few requests are routed through it (fuzzer-chosen regexes and templates

@@ -1,8 +1,9 @@
 // Fuzz target: sequences of fenced writes through the real FenceFilter and
-// KeyQueue (SPEC section 1, steps 3-4), against a store whose answers the
-// fuzzer delivers in any order that keeps the store's call order wherever
-// two calls share a key (token_store.h), failing some, and an upstream
-// exchange whose end (the lease's release) the fuzzer also chooses.
+// KeyQueue (the key's turn and the check-and-advance of docs/contract.md,
+// "The write path"), against a store whose answers the fuzzer delivers in any
+// order that keeps the store's call order wherever two calls share a key
+// (token_store.h), failing some, and an upstream exchange whose end (the
+// lease's release) the fuzzer also chooses.
 //
 // The input is a list of operations, two bytes each:
 //   write   key 0..3, token 0..7, enforce or shadow mode, and maybe a

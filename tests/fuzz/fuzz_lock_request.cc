@@ -1,9 +1,9 @@
-// Fuzz target: the lock service's request decoding (SPEC section 8), as
-// LockSession runs it: a request_parser<string_body> with the session's
-// limits, then DecodeLockRequest (URL shape, lock name, method, JSON body,
-// ttl / wait / lease), and the reply for every answer the service could give
-// for the decoded name (LockReply). Pipelined requests are read in turn
-// while keep-alive holds.
+// Fuzz target: the lock service's request decoding (docs/contract.md, "Lock
+// service"), as LockSession runs it: a request_parser<string_body> with the
+// session's limits, then DecodeLockRequest (URL shape, lock name, method,
+// JSON body, ttl / wait / lease), and the reply for every answer the service
+// could give for the decoded name (LockReply). Pipelined requests are read in
+// turn while keep-alive holds.
 //
 // Invariants checked (a violation traps):
 //  - every reply serializes and is a JSON object ("error" on refusals);

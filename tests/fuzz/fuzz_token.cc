@@ -1,4 +1,4 @@
-// Fuzz target: fencing token parsing (SPEC section 2).
+// Fuzz target: fencing token parsing (docs/contract.md, "Tokens").
 //
 // Input: the whole input is one header value for ParseTokenValue; its lines
 // are also the values of up to four Fencing-Token fields, given directly to

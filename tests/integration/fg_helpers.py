@@ -595,8 +595,8 @@ class ScriptedBackend:
 
 
 # --------------------------------------------------------------------------
-# ZooKeeper: a standalone server as a child process, and the README's lock
-# recipe with kazoo (test_token_recipes.py). kazoo is imported by the caller:
+# ZooKeeper: a standalone server as a child process, and the lock recipe of
+# docs/locks.md with kazoo (test_token_recipes.py). kazoo is imported by the caller:
 # this module must load without it.
 # --------------------------------------------------------------------------
 
@@ -743,7 +743,7 @@ def _zk_sequence(node):
 
 
 class ZkLock:
-    """The README's ZooKeeper lock recipe, with a kazoo client: one
+    """The ZooKeeper lock recipe of docs/locks.md, with a kazoo client: one
     EPHEMERAL_SEQUENTIAL znode /locks/<name>/lock-NNNNNNNNNN per contender
     (gone when its session ends or expires); the contender with the lowest
     sequence number holds the lock, a waiting one watches the node just

@@ -1,4 +1,4 @@
-"""The admin fence is a barrier (SPEC section 6): once
+"""The admin fence is a barrier (docs/contract.md, "Admin API"): once
 POST /v1/keys/{key}/fence answers, no write with a lower token is forwarded
 for that key, including writes already queued behind a write in flight."""
 

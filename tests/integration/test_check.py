@@ -1,4 +1,4 @@
-"""(g) --check validates a config: 0 when valid, 2 with file, line and field
+"""--check validates a config: 0 when valid, 2 with file, line and field
 named on stderr when not; --version answers."""
 
 import re

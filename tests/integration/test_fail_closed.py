@@ -1,4 +1,4 @@
-"""(e) When the token store cannot write, fencegate fails closed: 503 and
+"""When the token store cannot write, fencegate fails closed: 503 and
 nothing is forwarded; /readyz says so."""
 
 from fg_helpers import ADMIN_TOKEN, admin_key_path, assert_json_error, tokens_seen

@@ -1,6 +1,6 @@
-"""The fuzzers' findings (tests/fuzz), replayed through the real binary:
-each once took the process down, forwarded an ambiguous head, or hung the
-config check."""
+"""Inputs from the fuzzers (tests/fuzz), replayed through the real binary:
+each could take the process down, forward an ambiguous head, or hang the
+config check, and must not."""
 
 import json
 import subprocess

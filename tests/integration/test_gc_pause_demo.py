@@ -30,7 +30,7 @@ def run(fencegate_bin, tmp_path, lock):
 
 def test_gc_pause_with_fencegate_lock_service(fencegate_bin, tmp_path):
     direct, fenced = run(fencegate_bin, tmp_path, "fencegate")
-    # A fresh lock name per story: tokens 1 and 2, as in the README.
+    # A fresh lock name per story: tokens 1 and 2, as in docs/locks.md.
     assert (direct["c1_token"], direct["c2_token"]) == (1, 2)
     assert (fenced["c1_token"], fenced["c2_token"]) == (1, 2)
 

@@ -1,4 +1,4 @@
-"""Limits, timeouts and connection handling (issue 3): slow and idle clients
+"""Limits, timeouts and connection handling: slow and idle clients
 are cut off on time, connection limits hold, pooled upstream connections the
 backend closed are never used for a fenced write, EOF-delimited responses
 are re-framed, bodies stream without being held, and a drain loses nothing."""

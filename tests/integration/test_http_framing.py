@@ -1,4 +1,4 @@
-"""Request framing (issue 3): a request that fencegate and the backend could
+"""Request framing: a request that fencegate and the backend could
 frame differently is a fencing bypass (request smuggling). Each ambiguous
 form is refused with 400 and nothing reaches the backend; what is forwarded
 is re-framed by fencegate, never copied from the client."""

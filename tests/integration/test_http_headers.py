@@ -1,4 +1,4 @@
-"""Header hygiene (issue 3): hop-by-hop headers stay on their hop,
+"""Header hygiene: hop-by-hop headers stay on their hop,
 X-Forwarded-For / Forwarded cannot be forged past the trusted hops, and
 every request carries an X-Request-Id end to end."""
 

@@ -47,8 +47,8 @@ from fg_helpers import (ConnectionClosed, Fencegate, RawConnection, admin_key_pa
 from torture_writer import key_path  # noqa: E402
 
 # async gets more kills: its crash window, a record half-copied into the page
-# cache, was hit by about one kill in forty, and by none of 240 kills that
-# came within 0.6 s of a start (hence delays up to 1.5 s).
+# cache, is hit by about one kill in forty, and hardly ever by a kill within
+# 0.6 s of a start (none of 240 such kills hit it), hence delays up to 1.5 s.
 KILLS = {mode: int(os.environ.get("FENCEGATE_TORTURE_KILLS", n))
          for mode, n in (("sync", "12"), ("async", "24"))}
 KEYS = 1200

@@ -1,6 +1,6 @@
-"""Request limits (SPEC 4): oversized heads and bodies, and writes beyond
-the per-key queue bound, are refused by fencegate with JSON and reach
-nothing."""
+"""Request limits (docs/contract.md, "Responses"): oversized heads and
+bodies, and writes beyond the per-key queue bound, are refused by fencegate
+with JSON and reach nothing."""
 
 import pytest
 

@@ -1,6 +1,7 @@
-"""The lock service (SPEC section 8) through the real binary: grants,
-exclusion, renew/release, expiry on the real clock, tokens that keep
-increasing across kill -9, clean stop on SIGTERM, and its 4xx errors."""
+"""The lock service (docs/contract.md, "Lock service") through the real
+binary: grants, exclusion, renew/release, expiry on the real clock, tokens
+that keep increasing across kill -9, clean stop on SIGTERM, and its 4xx
+errors."""
 
 import json
 import signal

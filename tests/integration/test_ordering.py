@@ -1,4 +1,4 @@
-"""(d) Writes to one key reach the backend one at a time, in the order
+"""Writes to one key reach the backend one at a time, in the order
 fencegate accepted them; writes to different keys run in parallel."""
 
 import re

@@ -1,4 +1,4 @@
-"""(f) What is not fenced passes through untouched; shadow mode never
+"""What is not fenced passes through untouched; shadow mode never
 refuses; the admin API needs its bearer and can only raise tokens."""
 
 import pytest

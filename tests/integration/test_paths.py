@@ -1,4 +1,4 @@
-"""(c) One backend resource is never reachable under two keys: spellings of
+"""One backend resource is never reachable under two keys: spellings of
 a fenced path are canonicalised (or refused) before the token check, and
 what was fenced is exactly what the backend receives."""
 

@@ -1,6 +1,6 @@
-"""Security review (issue 8), through the real binary: nothing of the admin
-API, the lock service or the test hooks is reachable through the proxy
-listener, and the separate listeners bind to loopback by default."""
+"""Listener separation, through the real binary: nothing of the admin API,
+the lock service or the test hooks is reachable through the proxy listener,
+and the separate listeners bind to loopback by default."""
 
 import json
 import subprocess
@@ -30,7 +30,8 @@ def test_admin_and_lock_paths_on_the_proxy_listener_go_to_the_backend(make_gate,
         assert r.header("Server") == "recording-backend/1" and b'"backend"' in r.body, \
             f"{method} {target} on the proxy port must be the backend's answer: {r}"
     # A key with a slash, as the admin port spells it, is not even a valid
-    # path on the proxy port (SPEC 3): refused, nothing forwarded.
+    # path on the proxy port (docs/contract.md, "Keys and canonical paths"):
+    # refused, nothing forwarded.
     r = request(gate.proxy, "POST", "/v1/keys/%2Fobjects%2Fsec/fence", auth,
                 json.dumps({"token": 99}))
     assert_json_error(r, 400, "bad_path")
@@ -64,8 +65,9 @@ def test_admin_fence_on_the_admin_port_needs_the_bearer(gate, backend):
 
 
 def test_separate_listeners_default_to_loopback(tmp_path, fencegate_bin):
-    """admin.listen's default (SPEC 5) binds 127.0.0.1, never all interfaces;
-    the lock service is off unless configured."""
+    """admin.listen's default (docs/contract.md, "Configuration") binds
+    127.0.0.1, never all interfaces; the lock service is off unless
+    configured."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text('upstream: {url: "http://127.0.0.1:9"}\n'
                    f'storage: {{path: "{tmp_path / "data"}"}}\n')

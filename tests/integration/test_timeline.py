@@ -1,5 +1,5 @@
-"""(a) The mission timeline: a paused lock holder wakes up after its lease
-expired and is stopped at the write, also across a restart."""
+"""The timeline of a stale lock holder: a paused holder wakes up after its
+lease expired and is stopped at the write, also across a restart."""
 
 from fg_helpers import admin_key_path, assert_json_error, tokens_seen
 

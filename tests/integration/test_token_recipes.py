@@ -1,7 +1,7 @@
-"""The README's token recipes against the real servers from Debian (etcd,
-Redis, ZooKeeper): each lock service's token increases with every new
-holder, and fencegate refuses the older holder's write. (fencegate's own
-lock service: see test_locks.py and test_gc_pause_demo.py. Consul:
+"""The token recipes of docs/locks.md against the real servers from Debian
+(etcd, Redis, ZooKeeper): each lock service's token increases with every
+new holder, and fencegate refuses the older holder's write. (fencegate's
+own lock service: see test_locks.py and test_gc_pause_demo.py. Consul:
 documented, not tested here.)"""
 
 import importlib.util
@@ -324,10 +324,11 @@ def test_zookeeper_lock_token_after_session_expiry(kind, zookeeper, zk_client, g
 
 def test_zookeeper_sequence_restarts_with_a_new_parent_czxid_does_not(zookeeper, zk_client, gate,
                                                                      backend):
-    """The README's caveat: the sequence number counts per parent znode, so
-    a deleted and re-created parent (Curator's lock parents are container
-    nodes, which ZooKeeper deletes once empty) starts again at 0 and
-    fencegate refuses the rightful new holder; the czxid still increases."""
+    """The caveat in docs/locks.md: the sequence number counts per parent
+    znode, so a deleted and re-created parent (Curator's lock parents are
+    container nodes, which ZooKeeper deletes once empty) starts again at 0
+    and fencegate refuses the rightful new holder; the czxid still
+    increases."""
     zk = zk_client()
     ZkLock(zk, "orders-reset").acquire(timeout=10).release()
     b = ZkLock(zk, "orders-reset").acquire(timeout=10)

@@ -1,5 +1,6 @@
-"""(b) Token header validation (SPEC 2): every malformed form is 400
-bad_token and reaches nothing; the extremes of the valid range pass."""
+"""Token header validation (docs/contract.md, "Tokens"): every malformed
+form is 400 bad_token and reaches nothing; the extremes of the valid range
+pass."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""(h) The backend is gone: a fenced write gets 502, and the token stays
+"""The backend is gone: a fenced write gets 502, and the token stays
 advanced (the lock service had granted it)."""
 
 from fg_helpers import admin_key_path, assert_json_error

@@ -94,9 +94,9 @@ TEST(LockRequestTest, DecodesAcquireAndLease) {
   EXPECT_EQ(Body(refusal)["error"], "ttl_too_long");
 }
 
-// Found by fuzz_lock_request: a target or lock name that is not UTF-8 made
-// nlohmann::json throw while building the reply, out of the lock listener's
-// I/O thread, which ended the process.
+// A target or lock name that is not UTF-8 still gets a JSON reply:
+// nlohmann::json throws on such text, and an exception out of the lock
+// listener's I/O thread would end the process (a fuzz_lock_request case).
 TEST(LockRequestTest, NonUtf8TargetAndNameGiveJsonReplies) {
   proxy::Reply refusal;
   ASSERT_FALSE(DecodeLockRequest(Post("/v1/locks/orders/ac\xA8quire", "{}"), Duration{1000},

@@ -1,6 +1,6 @@
 // How many heap allocations the fenced write path makes on the thread that
-// serves it (bench/PERFORMANCE.md, session 29: each costs about 150
-// instructions with its free, a fenced write's whole fence about 19,000).
+// serves it (docs/performance.md: each costs about 150 instructions with its
+// free, a fenced write's whole fence about 19,000).
 // This binary replaces the global operator new to count them
 // (alloc_count_hooks.cc); it holds only these tests, so that no other test
 // runs with the replacement.
@@ -84,7 +84,7 @@ TEST(Allocations, AFreeKeysAcquireAndReleaseAllocateNothing) {
 // the PendingFence's shared_ptr) and the copy of the key that
 // TokenStore::Advance takes. The store's handler and the relay hold plain
 // pointers and stay inside their std::function; the key queue reuses its
-// entries (above). Before session 29: 8.
+// entries (above).
 TEST(Allocations, AFencedWriteOnAFreeKeyAllocatesFourTimes) {
   std::string error;
   config::RouteConfig route;

@@ -33,7 +33,7 @@ TEST_P(CanonicalOk, Canonicalizes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Spec, CanonicalOk,
+    Contract, CanonicalOk,
     ::testing::Values(
         // The contract's examples.
         OkCase{"//objects//a", "/objects/a", "", false},

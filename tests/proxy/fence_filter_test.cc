@@ -522,10 +522,10 @@ TEST_F(FenceFilterTest, AWriteOfTwoKeysGoesWithTheTurnOnBoth) {
   EXPECT_EQ(queue.active_keys(), 0u);
 }
 
-// The admin fence is a barrier (SPEC section 6): a write whose Advance the
-// store accepted while it waited behind a write in flight, and that an
-// admin fence decided after it then outranks, is refused at its turn and
-// never forwarded; one whose token is at least the fence still goes. The
+// The admin fence is a barrier (docs/contract.md, "Admin API"): a write whose
+// Advance the store accepted while it waited behind a write in flight, and
+// that an admin fence decided after it then outranks, is refused at its turn
+// and never forwarded; one whose token is at least the fence still goes. The
 // write that held the key when the fence was decided is not stopped.
 TEST_F(FenceFilterTest, AnAdminFenceRefusesTheLowerWritesAlreadyQueued) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});

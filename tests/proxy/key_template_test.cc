@@ -64,7 +64,7 @@ TEST_P(KeyExpand, Expands) {
 const std::string k1024(1024, 'k');
 
 INSTANTIATE_TEST_SUITE_P(
-    Spec, KeyExpand,
+    Contract, KeyExpand,
     ::testing::Values(
         ExpandCase{"{path}", "/objects/a", {}, {}, ExpandError::kNone, "/objects/a"},
         ExpandCase{"{1}", "/t/acme/x", {"/t/acme/", "acme"}, {}, ExpandError::kNone, "acme"},
@@ -167,7 +167,7 @@ TEST_P(KeyCompileError, IsRefused) {
   EXPECT_NE(error, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Spec, KeyCompileError,
+INSTANTIATE_TEST_SUITE_P(Contract, KeyCompileError,
                          ::testing::Values("", "{", "{path", "}", "a}b", "{}", "{0}", "{10}",
                                            "{-1}", "{Path}", "{PATH}", "{pathx}", "{ path}",
                                            "{header:}", "{header}", "{header:X Tenant}",

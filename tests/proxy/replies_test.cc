@@ -1,4 +1,5 @@
-// fencegate's own JSON replies (SPEC section 4) with bytes a client chose.
+// fencegate's own JSON replies (docs/contract.md, "Responses") with bytes a
+// client chose.
 
 #include "proxy/replies.h"
 
@@ -26,9 +27,9 @@ TEST(Replies, DumpJsonKeepsUtf8AndReplacesInvalidBytes) {
   EXPECT_EQ(DumpJson({{"k", "\xC3"}}), "{\"k\":\"" + std::string(kReplacement) + "\"}");
 }
 
-// Found by fuzz_request: a key built from a header value that is not UTF-8
-// made nlohmann::json throw out of the 409/428 reply (and the access log
-// line), which ended the proxy.
+// A key built from a header value that is not UTF-8 still gives a JSON
+// 409/428 reply (and access log line): nlohmann::json throws on such text,
+// and the exception would end the proxy (a fuzz_request case).
 TEST(Replies, StaleReplyWithNonUtf8KeyIsJson) {
   Reply reply;
   ASSERT_NO_THROW(reply = MakeStale("t\xFF:/objects/a", 3, 4));

@@ -45,9 +45,9 @@ TEST(RequestChecks, BadPathKeepsTheConnectionAmbiguousFramingClosesIt) {
   EXPECT_TRUE(p.close);
 }
 
-// Found by fuzz_request: two Host fields were refused only on HTTP/1.1; an
-// HTTP/1.0 request with two (the second one malformed, since only the first
-// was checked) was forwarded upstream as HTTP/1.1 with both.
+// Two Host fields are refused on HTTP/1.0 as on HTTP/1.1: otherwise an
+// HTTP/1.0 request with two (the second one malformed, as only the first is
+// checked) would go upstream as HTTP/1.1 with both (a fuzz_request case).
 TEST(RequestChecks, TwoHostsAreRefusedOnHttp10Too) {
   const std::string head =
       "PUT /objects/t2 HTTP/1.0\r\nHost: x\r\nHost: Content-Length: 1\r\n\r\n";

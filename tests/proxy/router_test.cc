@@ -337,7 +337,7 @@ RouteConfig Keyed(RouteConfig rc, std::string key) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Spec, RouterBuildError,
+    Contract, RouterBuildError,
     ::testing::Values(
         BuildErrorCase{"bad_regex", Regex("re", "/a/(b"), "path_regex"},
         BuildErrorCase{"bad_regex_bracket", Regex("re2", "/a/[b"), "path_regex"},

@@ -30,7 +30,7 @@ TEST_P(TokenOk, Parses) {
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 INSTANTIATE_TEST_SUITE_P(
-    Spec, TokenOk,
+    Contract, TokenOk,
     ::testing::Values(GoodToken{"0", 0}, GoodToken{"1", 1}, GoodToken{"7", 7}, GoodToken{"42", 42},
                       GoodToken{"0034", 34}, GoodToken{"00000000000000000034", 34},  // 20 chars
                       GoodToken{"00000000000000000000", 0},                          // 20 zeros
@@ -69,7 +69,7 @@ TEST_P(TokenMalformed, IsRefusedWithReason) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Spec, TokenMalformed,
+    Contract, TokenMalformed,
     ::testing::Values(
         BadToken{"", "empty"}, BadToken{"+1", "sign"}, BadToken{"-1", "sign"},
         BadToken{"-0", "sign"}, BadToken{" 1", "whitespace"}, BadToken{"1 ", "whitespace"},

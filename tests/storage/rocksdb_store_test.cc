@@ -401,9 +401,9 @@ TEST(RocksDbStoreTest, RewritesOfAKeyTakeItsPlaceInTheMemtable) {
   }
 }
 
-// A data dir written by a build with RocksDB's skiplist memtable (before
-// session 27) opens with the hash memtable: its WAL replays into it, and
-// every token, old and new, reads back, refuses a stale write and exports.
+// A data dir written with RocksDB's skiplist memtable (memtable_buckets 0)
+// opens with the hash memtable: its WAL replays into it, and every token,
+// old and new, reads back, refuses a stale write and exports.
 TEST(RocksDbStoreTest, AStoreWrittenWithTheSkiplistMemtableOpensWithTheHashOne) {
   TempDir dir;
   {
