@@ -272,7 +272,8 @@ Status OpenDb(const RocksDbStoreOptions& options,
   for (const TornTail& t : torn) {
     spdlog::warn(
         "token store: {} ended in a torn page (zeros where a power loss cut off its last "
-        "record, which was never acknowledged); cut it at offset {}, dropping {} bytes",
+        "record before its fsync: under durability sync it was never acknowledged, under "
+        "async it may have been); cut it at offset {}, dropping {} bytes",
         t.file, t.offset, t.bytes_dropped);
   }
   rocksdb::DB* raw = nullptr;
