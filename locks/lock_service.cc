@@ -98,7 +98,7 @@ void LockService::Release(const std::string& name, uint64_t lease, const Handler
 void LockService::ExpireDue() {
   TimePoint now = clock_.Now();
   std::vector<std::string> freed;
-  std::vector<Handler> timed_out;
+  std::vector<std::pair<std::string, Handler>> timed_out;
   for (auto& [name, lock] : locks_) {
     if (lock.holder && lock.holder->expires <= now) {
       spdlog::info("locks: lease {} on '{}' (token {}) expired", lock.holder->id, name,
@@ -108,7 +108,7 @@ void LockService::ExpireDue() {
     }
     for (auto w = lock.waiters.begin(); w != lock.waiters.end();) {
       if (w->deadline <= now) {
-        timed_out.push_back(std::move(w->handler));
+        timed_out.emplace_back(name, std::move(w->handler));
         w = lock.waiters.erase(w);
       } else {
         ++w;
@@ -119,10 +119,11 @@ void LockService::ExpireDue() {
   // A waiter whose wait ran out at the same instant as the lease is
   // served first if still queued: its deadline is checked above, so it is not.
   for (const std::string& name : freed) ServeWaiters(name);
-  for (Handler& h : timed_out) {
-    LockResult r;
-    r.error = LockError::kHeld;
-    h(r);
+  // A waiter that gave up learns how long the lock's holder (if any, after
+  // the waiters served above) still has, as an acquire without a wait does.
+  for (auto& [name, h] : timed_out) {
+    auto it = locks_.find(name);
+    h(it != locks_.end() ? Held(it->second) : LockResult::Fail(LockError::kHeld));
   }
   ArmTimer();
 }

@@ -211,6 +211,8 @@ TEST_F(LockServiceTest, WaitRunsOutWhileHeld) {
   service_->ExpireDue();
   LockResult got = Await(b);
   EXPECT_EQ(got.error, LockError::kHeld);
+  // The holder's lease has 8 s left, as an acquire without a wait would say.
+  EXPECT_EQ(got.expires_in, Duration(8000));
   EXPECT_EQ(Renew("orders", a.lease).error, LockError::kNone);
 }
 
