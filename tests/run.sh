@@ -4,7 +4,8 @@
 # runs (.ci/run). Stages, in order, each timed in the log's last lines:
 #   lint   clang-tidy and cppcheck (tests/lint.sh)
 #   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
-#   ctest  unit tests, integration suite, chaos.short.*
+#   ctest  unit tests, integration suite, chaos.short.*, docs (beside tsan:
+#          ctest mostly waits on the processes it starts)
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
@@ -29,28 +30,63 @@ BUILD="${FENCEGATE_BUILD_DIR:-$ROOT/build}"
 
 times=()
 TICKS=$(getconf CLK_TCK)
-cpu_seconds() {  # CPU seconds (user + system) of this script's finished children
+STAGES="$(mktemp -d)"
+trap 'rm -rf "$STAGES"' EXIT
+declare -A stage_pids=()
+started=$(date +%s)
+cpu_seconds() {  # CPU seconds (user + system) of the calling shell's finished children
   local st
-  read -r -a st <"/proc/$$/stat"  # fields 16 and 17: cutime, cstime
+  read -r -a st <"/proc/$BASHPID/stat"  # fields 16 and 17: cutime, cstime
   echo $(( (st[15] + st[16]) / TICKS ))
 }
-stage() {  # stage NAME COMMAND...: runs it, records its wall and CPU time
+# stage_body NAME COMMAND...: runs the command (in a subshell of its own, so
+# that its CPU time is its own), writes NAME's time line to $STAGES/NAME.time.
+stage_body() {
   local name="$1" t0 c0 rc=0
   shift
   t0=$(date +%s)
   c0=$(cpu_seconds)
-  echo "==== stage $name"
   "$@" || rc=$?
-  times+=("$(printf '%-6s %4d s wall, %5d s CPU%s' "$name" $(( $(date +%s) - t0 )) \
-    $(( $(cpu_seconds) - c0 )) "$([[ $rc -eq 0 ]] || echo ", FAILED (exit $rc)")")")
-  if [[ $rc -ne 0 ]]; then
+  printf '%-6s %4d s wall, %5d s CPU%s\n' "$name" $(( $(date +%s) - t0 )) \
+    $(( $(cpu_seconds) - c0 )) "$([[ $rc -eq 0 ]] || echo ", FAILED (exit $rc)")" \
+    >"$STAGES/$name.time"
+  return "$rc"
+}
+stage_done() {  # stage_done NAME RC: records NAME's time; stops the run if it failed
+  times+=("$(cat "$STAGES/$1.time")")
+  if [[ $2 -ne 0 ]]; then
+    local pid
+    for pid in "${stage_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     print_times
-    exit "$rc"
+    exit "$2"
   fi
+}
+stage() {  # stage NAME COMMAND...: runs it in the foreground
+  local rc=0
+  echo "==== stage $1"
+  (stage_body "$@") || rc=$?
+  stage_done "$1" "$rc"
+}
+# stage_beside NAME COMMAND...: starts a stage in the background, its output
+# in a file; stage_join NAME waits for it and prints that output. For a
+# stage that leaves a core idle (ctest waits on the processes it starts)
+# beside one that does not.
+stage_beside() {
+  echo "==== stage $1 (beside the next stage; its output follows when it ends)"
+  (stage_body "$@") >"$STAGES/$1.log" 2>&1 &
+  stage_pids[$1]=$!
+}
+stage_join() {
+  local rc=0
+  wait "${stage_pids[$1]}" || rc=$?
+  echo "==== stage $1 (output)"
+  cat "$STAGES/$1.log"
+  stage_done "$1" "$rc"
 }
 print_times() {
   echo "==== stage times:"
   printf '  %s\n' "${times[@]}"
+  echo "  total  $(( $(date +%s) - started )) s wall"
 }
 
 bash "$ROOT/docker/install-deps.sh"
@@ -78,13 +114,17 @@ stage build build
 # ctest entry, and most of their time is spent waiting on the processes they
 # start (the stage uses about one core of two), so four run side by side.
 # shellcheck disable=SC2086
-stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "${CTEST_JOBS:-4}" \
-  ${CTEST_ARGS:-}
+# ctest runs beside the ThreadSanitizer stage: it spends most of its time
+# waiting on the processes it starts and leaves a core for TSan's build.
+# shellcheck disable=SC2086
+stage_beside ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
+  -j "${CTEST_JOBS:-4}" ${CTEST_ARGS:-}
 
 # The concurrency tests under ThreadSanitizer (tests/tsan.sh).
 if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
   stage tsan bash "$ROOT/tests/tsan.sh"
 fi
+stage_join ctest
 
 # The unit tests and the integration suite under ASan+UBSan, in the clang
 # build that the fuzz stage then reuses (tests/asan.sh).
