@@ -48,10 +48,7 @@ BUILD="${FENCEGATE_ASAN_BUILD_DIR:-${FENCEGATE_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 REPORTS="$BUILD/sanitizer-reports"
 
 start=$(date +%s)
-CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DFENCEGATE_FUZZ=ON -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=OFF \
-  -DFENCEGATE_SANITIZER_OPT="${ASAN_OPT:--O0}" >/dev/null
+(cd "$ROOT" && cmake --preset asan -B "$BUILD" -DFENCEGATE_SANITIZER_OPT="${ASAN_OPT:--O0}" >/dev/null)
 cmake --build "$BUILD" -j "${ASAN_BUILD_JOBS:-2}"
 built=$(date +%s)
 

@@ -101,10 +101,9 @@ fi
 replay=OFF
 [[ "${FENCEGATE_SKIP_ASAN:-0}" != 1 ]] || replay=ON
 build() {  # (set -e does not apply inside `stage`: hence the &&)
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+  (cd "$ROOT" && cmake --preset default -B "$BUILD" \
     -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}" -DFENCEGATE_LINE_TABLES_ONLY=ON \
-    -DFENCEGATE_FUZZ_REPLAY="$replay" &&
+    -DFENCEGATE_SANITIZE="${FENCEGATE_SANITIZE:-}" -DFENCEGATE_FUZZ_REPLAY="$replay") &&
     cmake --build "$BUILD"
 }
 stage build build

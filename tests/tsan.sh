@@ -24,8 +24,7 @@ BUILD="${FENCEGATE_TSAN_BUILD_DIR:-$ROOT/build-tsan}"
 TARGETS=(storage_tests proxy_tests locks_tests)
 
 start=$(date +%s)
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DFENCEGATE_SANITIZE=thread -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
+(cd "$ROOT" && cmake --preset tsan -B "$BUILD" >/dev/null)
 cmake --build "$BUILD" --target "${TARGETS[@]}"
 built=$(date +%s)
 

@@ -61,12 +61,11 @@ started=$(date +%s)
 # and tests/run.sh runs them in that order, so here nothing is left to build.
 # The ASan stage compiles that build at -O0 (it builds in half the time);
 # a fresh build and an hour-long run fuzz at -O1, which runs faster.
-tests_opt=()
-[[ -f "$BUILD/CMakeCache.txt" ]] || tests_opt=(-DFENCEGATE_BUILD_TESTS=OFF -DFENCEGATE_SANITIZER_OPT=-O1)
-[[ "$SECONDS_PER_TARGET" -lt 600 ]] || tests_opt+=(-DFENCEGATE_SANITIZER_OPT=-O1)
-CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DFENCEGATE_FUZZ=ON "${tests_opt[@]}" -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
+if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  (cd "$ROOT" && cmake --preset fuzz -B "$BUILD" >/dev/null)
+elif [[ "$SECONDS_PER_TARGET" -ge 600 ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -DFENCEGATE_SANITIZER_OPT=-O1 >/dev/null
+fi
 build_targets=()
 for t in "${TARGETS[@]}"; do build_targets+=("fuzz_$t"); done
 cmake --build "$BUILD" -j "${FUZZ_BUILD_JOBS:-2}" --target "${build_targets[@]}"
