@@ -8,7 +8,7 @@
 #include <boost/asio/prefer.hpp>
 
 #include "proxy/admin_request.h"
-#include "proxy/head_limit.h"
+#include "net/head_limit.h"
 
 namespace fencegate::proxy {
 

@@ -24,7 +24,7 @@
 #include "config/config.h"
 #include "proxy/admin_request.h"
 #include "proxy/key_queue.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/token_store.h"
 

@@ -22,7 +22,7 @@
 #include "proxy/canonical_path.h"
 #include "proxy/handoff.h"
 #include "proxy/key_queue.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 #include "proxy/router.h"
 #include "storage/token_store.h"
 

@@ -14,7 +14,7 @@
 
 #include "config/config.h"
 #include "locks/lock_server.h"
-#include "proxy/heap_policy.h"
+#include "net/heap_policy.h"
 #include "proxy/route_explain.h"
 #include "proxy/router.h"
 #include "proxy/server.h"

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "proxy/client_limit.h"
-#include "proxy/deadline.h"
+#include "net/client_limit.h"
+#include "net/deadline.h"
 #include "proxy/fence_filter.h"
 #include "proxy/router.h"
 #include "proxy/upstream_pool.h"

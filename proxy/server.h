@@ -18,7 +18,7 @@
 #include "proxy/admin_session.h"
 #include "proxy/fence_filter.h"
 #include "proxy/key_queue.h"
-#include "proxy/listener.h"
+#include "net/listener.h"
 #include "proxy/proxy_context.h"
 #include "storage/token_store.h"
 #include "tls/tls_context.h"

@@ -28,7 +28,7 @@
 
 #include "config/config.h"
 #include "proxy/handoff.h"
-#include "proxy/maybe_tls_stream.h"
+#include "net/maybe_tls_stream.h"
 
 namespace fencegate::proxy {
 

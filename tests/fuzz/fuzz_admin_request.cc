@@ -24,7 +24,7 @@
 #include <string>
 
 #include "proxy/admin_request.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 #include "proxy/router.h"
 #include "tests/fuzz/fuzz_http.h"
 #include "tests/fuzz/fuzz_util.h"

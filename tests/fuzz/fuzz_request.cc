@@ -36,7 +36,7 @@
 #include "proxy/canonical_path.h"
 #include "proxy/fence_filter.h"
 #include "proxy/headers.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 #include "proxy/request_checks.h"
 #include "proxy/router.h"
 #include "tests/fuzz/fuzz_util.h"

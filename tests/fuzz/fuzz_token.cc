@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "proxy/fence_filter.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 #include "proxy/router.h"
 #include "proxy/token.h"
 #include "tests/fuzz/fuzz_util.h"

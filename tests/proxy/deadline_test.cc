@@ -1,7 +1,7 @@
 // Deadline, Timed and DeadlineSweep: the coarse timeouts of the data plane
-// (proxy/deadline.h), on a real loopback connection and io_context.
+// (net/deadline.h), on a real loopback connection and io_context.
 
-#include "proxy/deadline.h"
+#include "net/deadline.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // PutHead: limits.max_header_bytes bounds a request head whole, however its
 // bytes are cut into reads and fields.
 
-#include "proxy/head_limit.h"
+#include "net/head_limit.h"
 
 #include <gtest/gtest.h>
 

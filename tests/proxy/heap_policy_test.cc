@@ -1,9 +1,9 @@
-// The binary's heap policy (proxy/heap_policy.h): request-sized buffers
+// The binary's heap policy (net/heap_policy.h): request-sized buffers
 // freed at the top of the heap are kept for the next request, not handed
 // back to the kernel and faulted in again. Counted with the process's own
 // minor page faults, so each test runs in a process of its own (ctest runs
 // every test alone).
-#include "proxy/heap_policy.h"
+#include "net/heap_policy.h"
 
 #include <sys/resource.h>
 

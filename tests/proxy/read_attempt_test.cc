@@ -1,11 +1,11 @@
-// SkipNextReadAttempt (proxy/read_attempt.h) on real loopback sockets, with
+// SkipNextReadAttempt (net/read_attempt.h) on real loopback sockets, with
 // the io_context run in the test thread so that each event loop turn is
 // explicit. The backend's end is a blocking socket of its own, driven by the
 // test; ::poll on the proxy's descriptor waits for bytes to have arrived
 // (it is level-triggered and leaves the reactor's edge-triggered epoll
 // alone).
 
-#include "proxy/read_attempt.h"
+#include "net/read_attempt.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>

@@ -1,7 +1,7 @@
 // fencegate's own JSON replies (docs/contract.md, "Responses") with bytes a
 // client chose.
 
-#include "proxy/replies.h"
+#include "net/replies.h"
 
 #include <gtest/gtest.h>
 

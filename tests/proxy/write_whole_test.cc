@@ -4,7 +4,7 @@
 // here the writer's SO_SNDBUF and the reader's SO_RCVBUF are fixed small,
 // and the reader reads only after WriteWhole has returned.
 
-#include "proxy/write_whole.h"
+#include "net/write_whole.h"
 
 #include <gtest/gtest.h>
 

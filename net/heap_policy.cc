@@ -1,4 +1,4 @@
-#include "proxy/heap_policy.h"
+#include "net/heap_policy.h"
 
 #include <malloc.h>
 

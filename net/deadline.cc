@@ -1,4 +1,4 @@
-#include "proxy/deadline.h"
+#include "net/deadline.h"
 
 #include <algorithm>
 

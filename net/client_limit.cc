@@ -1,4 +1,4 @@
-#include "proxy/client_limit.h"
+#include "net/client_limit.h"
 
 #include <utility>
 

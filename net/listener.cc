@@ -1,4 +1,4 @@
-#include "proxy/listener.h"
+#include "net/listener.h"
 
 #include <spdlog/spdlog.h>
 

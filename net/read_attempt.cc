@@ -1,4 +1,4 @@
-#include "proxy/read_attempt.h"
+#include "net/read_attempt.h"
 
 #include <boost/version.hpp>
 

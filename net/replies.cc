@@ -1,4 +1,4 @@
-#include "proxy/replies.h"
+#include "net/replies.h"
 
 namespace fencegate::proxy {
 

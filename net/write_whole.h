@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <utility>
 
-#include "proxy/deadline.h"
+#include "net/deadline.h"
 
 namespace fencegate::proxy {
 
