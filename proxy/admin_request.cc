@@ -5,7 +5,7 @@
 #include <boost/url/pct_string_view.hpp>
 #include <nlohmann/json.hpp>
 
-#include "proxy/router.h"
+#include "fence/router.h"
 
 namespace fencegate::proxy {
 

@@ -23,7 +23,7 @@
 
 #include "config/config.h"
 #include "proxy/admin_request.h"
-#include "proxy/key_queue.h"
+#include "fence/key_queue.h"
 #include "net/replies.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/token_store.h"

@@ -9,7 +9,7 @@
 #include "net/head_limit.h"
 #include "proxy/headers.h"
 #include "net/read_attempt.h"
-#include "proxy/request_checks.h"
+#include "fence/request_checks.h"
 #include "net/write_whole.h"
 
 namespace fencegate::proxy {

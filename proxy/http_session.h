@@ -18,10 +18,10 @@
 #include <optional>
 #include <string>
 
-#include "proxy/canonical_path.h"
+#include "fence/canonical_path.h"
 #include "net/client_limit.h"
 #include "net/deadline.h"
-#include "proxy/fence_filter.h"
+#include "fence/fence_filter.h"
 #include "proxy/headers.h"
 #include "net/listener.h"
 #include "net/maybe_tls_stream.h"

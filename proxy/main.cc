@@ -16,7 +16,7 @@
 #include "locks/lock_server.h"
 #include "net/heap_policy.h"
 #include "proxy/route_explain.h"
-#include "proxy/router.h"
+#include "fence/router.h"
 #include "proxy/server.h"
 #include "storage/export_import.h"
 #include "storage/fault_injecting_store.h"

@@ -12,8 +12,8 @@
 #include "config/config.h"
 #include "net/client_limit.h"
 #include "net/deadline.h"
-#include "proxy/fence_filter.h"
-#include "proxy/router.h"
+#include "fence/fence_filter.h"
+#include "fence/router.h"
 #include "proxy/upstream_pool.h"
 
 namespace fencegate::proxy {

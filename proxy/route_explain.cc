@@ -2,8 +2,8 @@
 
 #include <boost/beast/http/message.hpp>
 
-#include "proxy/fence_filter.h"
-#include "proxy/request_checks.h"
+#include "fence/fence_filter.h"
+#include "fence/request_checks.h"
 
 namespace fencegate::proxy {
 

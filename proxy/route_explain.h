@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "proxy/router.h"
+#include "fence/router.h"
 
 namespace fencegate::proxy {
 

@@ -16,8 +16,8 @@
 
 #include "config/config.h"
 #include "proxy/admin_session.h"
-#include "proxy/fence_filter.h"
-#include "proxy/key_queue.h"
+#include "fence/fence_filter.h"
+#include "fence/key_queue.h"
 #include "net/listener.h"
 #include "proxy/proxy_context.h"
 #include "storage/token_store.h"

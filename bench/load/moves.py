@@ -12,7 +12,7 @@ fencegate log of the scenario:
 
 Two debug lines count: a client's move to the thread of a key ("moves to the
 I/O thread of key") and a write sent upstream by the thread that handed the
-key on to another thread (a hand-over across threads, handoff.h). Lines more
+key on to another thread (a hand-over across threads, fence/handoff.h). Lines more
 than --gap seconds apart belong to different wrk runs. For each run: the
 moves, the hand-overs across threads, and when the last of each came,
 counted from the run's first such line (the first hand-over or move: a run

@@ -25,7 +25,7 @@
 
 #include "proxy/admin_request.h"
 #include "net/replies.h"
-#include "proxy/router.h"
+#include "fence/router.h"
 #include "tests/fuzz/fuzz_http.h"
 #include "tests/fuzz/fuzz_util.h"
 

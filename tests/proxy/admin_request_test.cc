@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "proxy/router.h"
+#include "fence/router.h"
 
 namespace fencegate::proxy {
 namespace {

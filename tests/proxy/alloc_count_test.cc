@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "proxy/fence_filter.h"
-#include "proxy/key_queue.h"
-#include "proxy/router.h"
+#include "fence/fence_filter.h"
+#include "fence/key_queue.h"
+#include "fence/router.h"
 #include "tests/proxy/shard_keys.h"
 
 namespace fencegate::testing {

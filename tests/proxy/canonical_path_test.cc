@@ -1,4 +1,4 @@
-#include "proxy/canonical_path.h"
+#include "fence/canonical_path.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "proxy/fence_filter.h"
+#include "fence/fence_filter.h"
 
 namespace fencegate::proxy {
 namespace {

@@ -1,4 +1,4 @@
-#include "proxy/fence_filter.h"
+#include "fence/fence_filter.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

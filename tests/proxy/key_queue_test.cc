@@ -1,4 +1,4 @@
-#include "proxy/key_queue.h"
+#include "fence/key_queue.h"
 
 #include <gtest/gtest.h>
 

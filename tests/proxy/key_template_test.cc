@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "proxy/router.h"
+#include "fence/router.h"
 
 namespace fencegate::proxy {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <boost/beast/http/fields.hpp>
 
-#include "proxy/fence_filter.h"
-#include "proxy/router.h"
+#include "fence/fence_filter.h"
+#include "fence/router.h"
 
 namespace fencegate::proxy {
 namespace {

@@ -1,7 +1,7 @@
 // CheckHead / CheckRequestHead: request heads that fencegate and a backend
 // could read differently are refused before routing.
 
-#include "proxy/request_checks.h"
+#include "fence/request_checks.h"
 
 #include <gtest/gtest.h>
 

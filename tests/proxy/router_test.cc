@@ -1,4 +1,4 @@
-#include "proxy/router.h"
+#include "fence/router.h"
 
 #include <gtest/gtest.h>
 

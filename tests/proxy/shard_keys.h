@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/key_queue.h"
+#include "fence/key_queue.h"
 
 namespace fencegate::testing {
 

@@ -1,4 +1,4 @@
-#include "proxy/token.h"
+#include "fence/token.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/canonical_path.h"
+#include "fence/canonical_path.h"
 
 namespace fencegate::proxy {
 

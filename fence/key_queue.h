@@ -34,7 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "proxy/handoff.h"
+#include "fence/handoff.h"
 
 namespace fencegate::proxy {
 

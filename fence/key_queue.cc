@@ -1,4 +1,4 @@
-#include "proxy/key_queue.h"
+#include "fence/key_queue.h"
 
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/io_context.hpp>

@@ -1,4 +1,4 @@
-#include "proxy/request_checks.h"
+#include "fence/request_checks.h"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/url/parse.hpp>

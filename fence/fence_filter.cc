@@ -1,4 +1,4 @@
-#include "proxy/fence_filter.h"
+#include "fence/fence_filter.h"
 
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <span>
 
-#include "proxy/token.h"
+#include "fence/token.h"
 
 namespace fencegate::proxy {
 

@@ -19,11 +19,11 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/canonical_path.h"
-#include "proxy/handoff.h"
-#include "proxy/key_queue.h"
+#include "fence/canonical_path.h"
+#include "fence/handoff.h"
+#include "fence/key_queue.h"
 #include "net/replies.h"
-#include "proxy/router.h"
+#include "fence/router.h"
 #include "storage/token_store.h"
 
 namespace fencegate::proxy {

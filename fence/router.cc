@@ -1,8 +1,8 @@
-#include "proxy/router.h"
+#include "fence/router.h"
 
 #include <algorithm>
 
-#include "proxy/canonical_path.h"
+#include "fence/canonical_path.h"
 
 namespace fencegate::proxy {
 namespace {

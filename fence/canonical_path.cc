@@ -1,4 +1,4 @@
-#include "proxy/canonical_path.h"
+#include "fence/canonical_path.h"
 
 #include <array>
 #include <boost/url/parse.hpp>
