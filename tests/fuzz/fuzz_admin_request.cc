@@ -23,7 +23,7 @@
 #include <sstream>
 #include <string>
 
-#include "proxy/admin_request.h"
+#include "admin/admin_request.h"
 #include "net/replies.h"
 #include "fence/router.h"
 #include "tests/fuzz/fuzz_http.h"

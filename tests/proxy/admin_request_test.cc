@@ -1,7 +1,7 @@
-// Decoding of admin requests (proxy/admin_request.h): the key in the
+// Decoding of admin requests (admin/admin_request.h): the key in the
 // target, the bearer check and the fence body.
 
-#include "proxy/admin_request.h"
+#include "admin/admin_request.h"
 
 #include <gtest/gtest.h>
 

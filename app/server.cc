@@ -1,4 +1,4 @@
-#include "proxy/server.h"
+#include "app/server.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "proxy/route_explain.h"
+#include "app/route_explain.h"
 
 #include <boost/beast/http/message.hpp>
 

@@ -1,4 +1,4 @@
-#include "proxy/admin_session.h"
+#include "admin/admin_session.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,7 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 
-#include "proxy/admin_request.h"
+#include "admin/admin_request.h"
 #include "net/head_limit.h"
 
 namespace fencegate::proxy {

@@ -22,7 +22,7 @@
 #include <unordered_set>
 
 #include "config/config.h"
-#include "proxy/admin_request.h"
+#include "admin/admin_request.h"
 #include "fence/key_queue.h"
 #include "net/replies.h"
 #include "storage/fault_injecting_store.h"

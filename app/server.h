@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "proxy/admin_session.h"
+#include "admin/admin_session.h"
 #include "fence/fence_filter.h"
 #include "fence/key_queue.h"
 #include "net/listener.h"

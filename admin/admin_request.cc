@@ -1,4 +1,4 @@
-#include "proxy/admin_request.h"
+#include "admin/admin_request.h"
 
 #include <algorithm>
 #include <boost/beast/core/string.hpp>
