@@ -13,7 +13,7 @@
 //
 // A header of its own so that the partial-write path, which loopback rarely
 // takes, can be tested on a socket with a small send buffer
-// (tests/proxy/write_whole_test.cc).
+// (tests/net/write_whole_test.cc).
 
 #include <array>
 #include <boost/asio/buffer.hpp>

@@ -1,4 +1,4 @@
-// The global operator new and delete of proxy_alloc_tests, counting the
+// The global operator new and delete of fence_alloc_tests, counting the
 // allocations of each thread (alloc_count_test.cc). In a file of their own,
 // so that the compiler never sees a delete's free() next to a new.
 

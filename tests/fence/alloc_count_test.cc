@@ -15,7 +15,7 @@
 #include "fence/fence_filter.h"
 #include "fence/key_queue.h"
 #include "fence/router.h"
-#include "tests/proxy/shard_keys.h"
+#include "tests/fence/shard_keys.h"
 
 namespace fencegate::testing {
 long AllocationsOnThisThread();  // alloc_count_hooks.cc

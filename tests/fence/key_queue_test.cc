@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/proxy/shard_keys.h"
+#include "tests/fence/shard_keys.h"
 
 namespace fencegate::proxy {
 namespace {
