@@ -5,7 +5,7 @@ debug log (docs/performance.md).
 Run the harness with the log at debug and its files kept, then read the
 fencegate log of the scenario:
 
-    python3 bench/load/run.py --fencegate build/proxy/fencegate --scenarios put_hot \
+    python3 bench/load/run.py --fencegate build/app/fencegate --scenarios put_hot \
         --conns 256 --duration 1 --rounds 3 --no-memory --log-level debug --keep
     python3 bench/load/moves.py <kept dir>/fg-put_hot/fencegate.log
     python3 bench/load/moves.py --self-test      # the parsing, on a made-up log (ctest)
