@@ -2,7 +2,7 @@
 
 #include <boost/beast/http/message.hpp>
 
-#include "fence/fence_filter.h"
+#include "fence/classify.h"
 #include "fence/request_checks.h"
 
 namespace fencegate::proxy {

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "fence/fence_filter.h"
+#include "fence/classify.h"
 #include "fence/router.h"
 #include "net/replies.h"
 

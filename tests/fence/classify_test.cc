@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "fence/fence_filter.h"
+#include "fence/classify.h"
 
 namespace fencegate::proxy {
 namespace {

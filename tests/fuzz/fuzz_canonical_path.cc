@@ -32,7 +32,7 @@
 #include "config/config.h"
 #include "config/internal.h"
 #include "fence/canonical_path.h"
-#include "fence/fence_filter.h"
+#include "fence/classify.h"
 #include "fence/router.h"
 #include "tests/fuzz/fuzz_util.h"
 

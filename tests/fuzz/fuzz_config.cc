@@ -18,7 +18,7 @@
 #include <variant>
 
 #include "config/config.h"
-#include "fence/fence_filter.h"
+#include "fence/classify.h"
 #include "fence/router.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -34,7 +34,7 @@
 
 #include "config/config.h"
 #include "fence/canonical_path.h"
-#include "fence/fence_filter.h"
+#include "fence/classify.h"
 #include "proxy/headers.h"
 #include "net/replies.h"
 #include "fence/request_checks.h"

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "fence/fence_filter.h"
+#include "fence/classify.h"
 #include "net/replies.h"
 #include "fence/router.h"
 #include "fence/token.h"
