@@ -1,15 +1,10 @@
 #pragma once
 // Handing a fenced write's upstream exchange across I/O threads (a hot key,
-// one that many clients write at once).
-//
-// Each I/O thread has its own sessions and its own upstream connections.
-// When a key's write ends on one thread and the key's next write belongs to
-// a session of the other, waking that session before its request can go
-// would put a post and a wake-up on the key's critical path. Instead, the
-// thread that hands the key on (KeyLease::HandOn) may be a Courier: it sends
-// the next write's request, already built whole (HttpSession), on one of
-// its own upstream connections at once, then gives that connection, with
-// the request in flight, to the waiter's thread, which reads the response.
+// one that many clients write at once; docs/architecture.md, "Moving a
+// session to its key's thread"): the thread that hands the key on
+// (KeyLease::HandOn) may be a Courier that sends the next write's request
+// on one of its own upstream connections and gives that connection, request
+// in flight, to the waiter's thread.
 //
 // Nothing here is about correctness: a write goes upstream only with its
 // key's turn either way, and the connection it went on goes with the turn.

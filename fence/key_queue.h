@@ -219,16 +219,10 @@ class KeyQueue {
   void Complete(const std::shared_ptr<Group>& group, bool on_executor);
 
   // A key with its hash (HashOf), computed once per Acquire or Release for
-  // both the shard and the lookup in its map. The map's hasher and equality
-  // take it in place of a std::string (C++20 heterogeneous lookup), so a
-  // lookup hashes nothing more, and it goes to the key's bucket: libstdc++'s
-  // std::hash<std::string> map instead compares the key with every entry
-  // while it holds 20 or fewer (its "small size" path), and under load each
-  // of those entries is a cache miss, last touched by the other I/O thread.
-  // (Inserting a new key hashes it once more: the standard map's insert
-  // takes no hash.) The shard is the hash modulo kShards and the bucket
-  // the same hash modulo libstdc++'s prime bucket count, so keys that share
-  // a shard do not crowd into a few of its buckets.
+  // both the shard and the lookup in its map, which takes it in place of a
+  // std::string (C++20 heterogeneous lookup): a lookup hashes nothing more
+  // and goes straight to the key's bucket (docs/architecture.md, "The key
+  // queue", says why that matters).
   struct HashedKey {
     std::string_view key;
     size_t hash;

@@ -1,15 +1,8 @@
 #pragma once
-// Coarse timeouts for the data plane's streams.
+// Coarse timeouts for the data plane's streams, instead of Beast's timer per
+// operation (docs/architecture.md, "Coarse timeouts", says why).
 //
-// Beast's tcp_stream gives every asynchronous operation its own timer: an
-// async_wait when the operation starts and a cancel when it ends. On a
-// keep-alive connection that is two timers per proxied request, each one a
-// timerfd_settime when it becomes the earliest, and each cancel a handler
-// that costs the event loop one more non-blocking epoll_wait (measured at 1
-// connection: 1.9 timerfd_settime and 3.3 epoll_wait per GET, against 0 and
-// 1.9 without them; docs/performance.md).
-//
-// Here a stream's timeout is a Deadline, a time point set when an operation
+// A stream's timeout is a Deadline, a time point set when an operation
 // starts and cleared when its handler runs (Timed). One DeadlineSweep per
 // worker wakes every interval and lets the sessions close the streams whose
 // deadline has passed. A timeout then fires between its duration and its

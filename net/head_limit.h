@@ -1,24 +1,10 @@
 #pragma once
 // PutHead: feeds a Beast parser the bytes of a message head, with
 // limits.max_header_bytes bounding the whole head (start line, every field
-// and the blank line that ends it).
-//
-// Beast's header_limit bounds only the bytes of one put() that are not parsed
-// yet: each put parses the complete fields it holds and consumes them. When a
-// put leaves three bytes or more of a field, the next one first looks for the
-// end of the head within the limit, and fails without it; but when a read
-// ends one or two bytes into a field, the next put is bounded only by the
-// limit applied to it alone. A head whose reads all end so (6,000 fields of
-// 32 bytes, 192 KB, read 512 bytes at a time) would go through a limit of
-// 16 KiB whole, and the parser would keep every field. So the head bytes
-// consumed are counted across puts: a head is refused as soon as they pass
-// the bound, and Beast's own limit still refuses an unfinished rest as long
-// as the bound. What is held is then a small multiple of the bound at most.
-//
-// (Lowering header_limit before each put by what was consumed is not the
-// same: Beast resumes its search for the head's end where the last put
-// stopped, and with a limit below that point it asks for more bytes
-// forever instead of failing.)
+// and the blank line that ends it), however the reads split it: the head
+// bytes consumed are counted across puts, which Beast's own header_limit
+// does not do (docs/architecture.md, "The whole head's limit"). What is held
+// is then a small multiple of the bound at most.
 
 #include <algorithm>
 #include <boost/beast/core/error.hpp>

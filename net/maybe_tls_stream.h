@@ -5,20 +5,13 @@
 // of the TCP layer (expires_after), which bound the TLS records and the
 // handshake as well.
 //
-// Compile time. Every composed operation that reads or writes through this
-// stream (Beast's http::async_read and async_write, for each parser and
-// serializer type) would instantiate OpenSSL's record machinery (ssl's io_op)
-// for its own handler type, and so the TLS branch made up about 60% of the
-// compile time of proxy/http_session.cc (g++ -O2: 115 s of CPU, 46 s without
-// it; clang with ASan+UBSan: 330 s). The TLS branch therefore takes the
-// handler type-erased (ErasedIoHandler: one heap allocation per TLS read or
-// write, small beside the record encryption it waits for), so io_op is
-// instantiated once; plain TCP keeps the handler's own type, with nothing in
-// between. The erased handler has no associated executor or allocator: the
-// TLS stream completes it on its own executor, which is the session's (every
-// handler here runs on the one io_context of its session), and it then calls
-// the real handler directly. For the same reason the TLS branch gets one
-// buffer type (FirstNonEmpty).
+// The TLS branch takes the handler type-erased (ErasedIoHandler: one heap
+// allocation per TLS read or write) and one buffer type (FirstNonEmpty), so
+// that OpenSSL's record machinery is compiled once (docs/architecture.md,
+// "One stream type for TCP and TLS"); plain TCP keeps the handler's own
+// type. The erased handler has no associated executor or allocator: the TLS
+// stream completes it on its own executor, which must be the session's (every
+// handler runs on the one io_context of its session).
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
