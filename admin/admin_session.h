@@ -21,8 +21,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "config/config.h"
 #include "admin/admin_request.h"
+#include "config/config.h"
 #include "fence/key_queue.h"
 #include "net/replies.h"
 #include "storage/fault_injecting_store.h"

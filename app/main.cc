@@ -12,12 +12,12 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "app/route_explain.h"
+#include "app/server.h"
 #include "config/config.h"
+#include "fence/router.h"
 #include "locks/lock_server.h"
 #include "net/heap_policy.h"
-#include "app/route_explain.h"
-#include "fence/router.h"
-#include "app/server.h"
 #include "storage/export_import.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/token_store.h"

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
 #include "admin/admin_session.h"
+#include "config/config.h"
 #include "fence/fence_filter.h"
 #include "fence/key_queue.h"
 #include "net/listener.h"

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "config/config.h"
-#include "net/client_limit.h"
-#include "net/deadline.h"
 #include "fence/fence_filter.h"
 #include "fence/router.h"
+#include "net/client_limit.h"
+#include "net/deadline.h"
 #include "proxy/upstream_pool.h"
 
 namespace fencegate::proxy {

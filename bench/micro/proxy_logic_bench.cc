@@ -17,10 +17,10 @@
 
 #include "fence/canonical_path.h"
 #include "fence/fence_filter.h"
-#include "proxy/headers.h"
 #include "fence/key_queue.h"
 #include "fence/router.h"
 #include "fence/token.h"
+#include "proxy/headers.h"
 
 namespace {
 

@@ -24,8 +24,8 @@
 #include <string>
 
 #include "admin/admin_request.h"
-#include "net/replies.h"
 #include "fence/router.h"
+#include "net/replies.h"
 #include "tests/fuzz/fuzz_http.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -35,10 +35,10 @@
 #include "config/config.h"
 #include "fence/canonical_path.h"
 #include "fence/classify.h"
-#include "proxy/headers.h"
-#include "net/replies.h"
 #include "fence/request_checks.h"
 #include "fence/router.h"
+#include "net/replies.h"
+#include "proxy/headers.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {

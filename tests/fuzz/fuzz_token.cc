@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "fence/classify.h"
-#include "net/replies.h"
 #include "fence/router.h"
 #include "fence/token.h"
+#include "net/replies.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {
