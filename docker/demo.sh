@@ -95,7 +95,7 @@ elif [[ $BACKEND_ONLY -eq 0 ]]; then
   say "building fencegate (Release) in build/"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD" --target fencegate
-  for cand in "$BUILD/proxy/fencegate" "$BUILD/fencegate" "$BUILD/bin/fencegate"; do
+  for cand in "$BUILD/app/fencegate" "$BUILD/fencegate" "$BUILD/bin/fencegate"; do
     [[ -x "$cand" ]] && { BIN="$cand"; break; }
   done
   [[ -n "$BIN" ]] || die "built, but cannot find the fencegate binary under $BUILD"

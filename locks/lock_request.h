@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "locks/lock_service.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 
 namespace fencegate::locks {
 

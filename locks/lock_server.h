@@ -17,7 +17,7 @@
 #include "config/config.h"
 #include "locks/lock_service.h"
 #include "locks/lock_session.h"
-#include "proxy/listener.h"
+#include "net/listener.h"
 #include "storage/token_store.h"
 
 namespace fencegate::locks {

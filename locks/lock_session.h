@@ -8,7 +8,7 @@
 //   POST /v1/locks/{name}/release  {"lease": ID} -> 200 {"token","lease","released": true}
 //
 // {name} is one path segment, percent-encoded; 1 to 256 bytes once decoded,
-// no control characters. Errors are JSON (proxy/replies.h): 400 bad_request,
+// no control characters. Errors are JSON (net/replies.h): 400 bad_request,
 // bad_lock_name, bad_ttl, bad_wait, bad_lease, ttl_too_long; 404
 // unknown_lease / not_found; 405; 409 lock_held; 410 lease_expired; 503
 // store_unavailable / shutting_down.
@@ -24,7 +24,7 @@
 
 #include "locks/lock_request.h"
 #include "locks/lock_service.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 
 namespace fencegate::locks {
 

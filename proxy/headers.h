@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "config/config.h"
-#include "proxy/canonical_path.h"
+#include "fence/canonical_path.h"
 
 namespace fencegate::proxy {
 

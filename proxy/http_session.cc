@@ -6,11 +6,11 @@
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
-#include "proxy/head_limit.h"
+#include "net/head_limit.h"
 #include "proxy/headers.h"
-#include "proxy/read_attempt.h"
-#include "proxy/request_checks.h"
-#include "proxy/write_whole.h"
+#include "net/read_attempt.h"
+#include "fence/request_checks.h"
+#include "net/write_whole.h"
 
 namespace fencegate::proxy {
 

@@ -18,15 +18,15 @@
 #include <optional>
 #include <string>
 
-#include "proxy/canonical_path.h"
-#include "proxy/client_limit.h"
-#include "proxy/deadline.h"
-#include "proxy/fence_filter.h"
+#include "fence/canonical_path.h"
+#include "net/client_limit.h"
+#include "net/deadline.h"
+#include "fence/fence_filter.h"
 #include "proxy/headers.h"
-#include "proxy/listener.h"
-#include "proxy/maybe_tls_stream.h"
+#include "net/listener.h"
+#include "net/maybe_tls_stream.h"
 #include "proxy/proxy_context.h"
-#include "proxy/replies.h"
+#include "net/replies.h"
 
 namespace fencegate::proxy {
 

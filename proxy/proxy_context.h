@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "config/config.h"
-#include "proxy/client_limit.h"
-#include "proxy/deadline.h"
-#include "proxy/fence_filter.h"
-#include "proxy/router.h"
+#include "fence/fence_filter.h"
+#include "fence/router.h"
+#include "net/client_limit.h"
+#include "net/deadline.h"
 #include "proxy/upstream_pool.h"
 
 namespace fencegate::proxy {

@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "config/config.h"
-#include "proxy/handoff.h"
-#include "proxy/maybe_tls_stream.h"
+#include "fence/handoff.h"
+#include "net/maybe_tls_stream.h"
 
 namespace fencegate::proxy {
 
-// The pool is also its thread's Courier (handoff.h): a session that hands
+// The pool is also its thread's Courier (fence/handoff.h): a session that hands
 // a key on lends it to the key's next write of another thread.
 class UpstreamPool final : public Courier {
  public:

@@ -1,7 +1,7 @@
 #pragma once
 // The one error vocabulary of fencegate's storage layer. Engines convert their
 // own errors (rocksdb::Status, etcd replies) into this at their edge; the proxy
-// maps a Status to an HTTP reply in exactly one place (proxy/replies.cc).
+// maps a Status to an HTTP reply in exactly one place (net/replies.cc).
 
 #include <string>
 #include <utility>

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The process-words check over every tracked file (tests/lint_words.sh: no
 # work-period, issue or step numbers, no commit hashes, the contract cited by
-# heading), then static analysis: clang-tidy (checks in .clang-tidy) and cppcheck over
-# fencegate's own sources, through the compile database of a configure-only
-# clang build directory. clang-tidy reads proxy/, storage/, config/, tls/ and
-# locks/ -- every header they include from those directories too; cppcheck
+# heading), the layers of the product folders (tests/lint_layers.py: which
+# folder may include which, no cycle), then static analysis: clang-tidy
+# (checks in .clang-tidy) and cppcheck over fencegate's own sources, through
+# the compile database of a configure-only clang build directory. clang-tidy
+# reads app/, proxy/, admin/, locks/, fence/, net/, storage/, tls/ and
+# config/ -- every header they include from those directories too; cppcheck
 # reads those and the tests (unit tests and fuzz targets). (clang-tidy over
 # test code would double the stage's time: each fuzz target alone costs as
 # much as a proxy source, for code that only drives the code under test.)
 # tests/run.sh runs it first (FENCEGATE_SKIP_LINT=1 skips it).
 #
-#   bash tests/lint.sh              # all three, every source
+#   bash tests/lint.sh              # all four, every source
 #   bash tests/lint.sh words        # only the process-words check (no cmake)
+#   bash tests/lint.sh layers       # only the layers check (no cmake)
 #   bash tests/lint.sh tidy         # only clang-tidy
 #   bash tests/lint.sh cppcheck     # only cppcheck
 #
@@ -30,10 +33,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FENCEGATE_LINT_BUILD_DIR:-$ROOT/build-lint}"
 JOBS="${LINT_JOBS:-2}"
-TIDY_DIRS=(proxy storage config tls locks)
-CPPCHECK_DIRS=(proxy storage config tls locks tests)
+PRODUCT_DIRS=(app proxy admin locks fence net storage tls config)
+TIDY_DIRS=("${PRODUCT_DIRS[@]}")
+CPPCHECK_DIRS=("${PRODUCT_DIRS[@]}" tests)
 tools=("$@")
-[[ ${#tools[@]} -gt 0 ]] || tools=(words tidy cppcheck)
+[[ ${#tools[@]} -gt 0 ]] || tools=(words layers tidy cppcheck)
 
 started=$(date +%s)
 mkdir -p "$BUILD"
@@ -75,6 +79,14 @@ for tool in "${tools[@]}"; do
       bash "$ROOT/tests/lint_words.sh" >"$log" 2>&1 || rc=$?
       findings=$(grep -c ': \[[a-zA-Z]*\] ' "$log" || true)
       ;;
+    layers)
+      # The includes of the product folders' tracked sources and the links
+      # of their CMakeLists.txt; one finding a line.
+      mapfile -t files < <(git -C "$ROOT" ls-files "${PRODUCT_DIRS[@]}" |
+        grep -E '(\.(h|hh|hpp|cc|cpp)|CMakeLists\.txt)$')
+      python3 "$ROOT/tests/lint_layers.py" >"$log" 2>&1 || rc=$?
+      findings=$(grep -c ': \[[a-z]*\] ' "$log" || true)
+      ;;
     tidy)
       # One clang-tidy per source, $JOBS at a time; the headers they include
       # are checked through HeaderFilterRegex (.clang-tidy).
@@ -103,14 +115,14 @@ for tool in "${tools[@]}"; do
         --template='{file}:{line}:{column}: {severity}: {message} [{id}]' >"$log" 2>&1 || rc=$?
       findings=$(grep -cE '^[^ ].*:[0-9]+:[0-9]+: ' "$log" || true)
       ;;
-    *) echo "lint: unknown tool $tool (words, tidy or cppcheck)" >&2; exit 2 ;;
+    *) echo "lint: unknown tool $tool (words, layers, tidy or cppcheck)" >&2; exit 2 ;;
   esac
   secs=$(( $(date +%s) - t0 ))
   line="$tool: ${#files[@]} files, $findings findings, exit $rc, ${secs} s"
   if [[ $rc -ne 0 || $findings -gt 0 ]]; then
     failed+=("$tool")
     echo "---- $tool findings ($log):"
-    if [[ $tool == words ]]; then
+    if [[ $tool == words || $tool == layers ]]; then
       head -n 200 "$log"
     else
       grep -E -A3 '^[^ ].*:[0-9]+:[0-9]+: (warning|error|style|performance|portability)' "$log" |

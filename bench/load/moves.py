@@ -5,14 +5,14 @@ debug log (docs/performance.md).
 Run the harness with the log at debug and its files kept, then read the
 fencegate log of the scenario:
 
-    python3 bench/load/run.py --fencegate build/proxy/fencegate --scenarios put_hot \
+    python3 bench/load/run.py --fencegate build/app/fencegate --scenarios put_hot \
         --conns 256 --duration 1 --rounds 3 --no-memory --log-level debug --keep
     python3 bench/load/moves.py <kept dir>/fg-put_hot/fencegate.log
     python3 bench/load/moves.py --self-test      # the parsing, on a made-up log (ctest)
 
 Two debug lines count: a client's move to the thread of a key ("moves to the
 I/O thread of key") and a write sent upstream by the thread that handed the
-key on to another thread (a hand-over across threads, handoff.h). Lines more
+key on to another thread (a hand-over across threads, fence/handoff.h). Lines more
 than --gap seconds apart belong to different wrk runs. For each run: the
 moves, the hand-overs across threads, and when the last of each came,
 counted from the run's first such line (the first hand-over or move: a run

@@ -836,7 +836,7 @@ def build_binary():
             log(f"warning: build/ is configured as {m.group(1)!r}, not Release")
     subprocess.run(["cmake", "--build", build, "--target", "fencegate"], check=True,
                    stdout=subprocess.DEVNULL)
-    return os.path.join(build, "proxy", "fencegate")
+    return os.path.join(build, "app", "fencegate")
 
 
 def print_table(results, scenarios, concs):

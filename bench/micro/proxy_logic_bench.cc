@@ -1,7 +1,7 @@
 // Micro-benchmarks of the per-request logic on the hot path: token parsing,
 // canonical paths, key templates, routing, the per-key queue and the heads
-// sent up and down (proxy/token.h, proxy/canonical_path.h, proxy/router.h,
-// proxy/key_queue.h, proxy/headers.h). No sockets, no store.
+// sent up and down (fence/token.h, fence/canonical_path.h, fence/router.h,
+// fence/key_queue.h, proxy/headers.h). No sockets, no store.
 //
 //   build-dir/bench/micro/proxy_logic_bench [--benchmark_filter=Route]
 
@@ -15,12 +15,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/http.hpp>
 
-#include "proxy/canonical_path.h"
-#include "proxy/fence_filter.h"
+#include "fence/canonical_path.h"
+#include "fence/fence_filter.h"
+#include "fence/key_queue.h"
+#include "fence/router.h"
+#include "fence/token.h"
 #include "proxy/headers.h"
-#include "proxy/key_queue.h"
-#include "proxy/router.h"
-#include "proxy/token.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // What a timeout costs one read on a real loopback socket, on one thread:
 // a Beast tcp_stream timer per operation (Beast's own timeout), a
-// Deadline (proxy/deadline.h: two clock reads, no timer), and no timeout.
+// Deadline (net/deadline.h: two clock reads, no timer), and no timeout.
 // Each iteration starts the read first (so it waits in the reactor, as a
 // proxied request's reads do), then writes one byte from the peer and runs
 // the io_context until the read's handler has run.
@@ -19,7 +19,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <chrono>
 
-#include "proxy/deadline.h"
+#include "net/deadline.h"
 
 namespace {
 

@@ -384,7 +384,7 @@ def main():
     c.add_argument("--ttl", type=int, default=TTL_S)
     c.add_argument("--gate", action="store_true")
     parser.add_argument("--fencegate", default=os.environ.get(
-        "FENCEGATE_BIN", os.path.join(ROOT, "build", "proxy", "fencegate")))
+        "FENCEGATE_BIN", os.path.join(ROOT, "build", "app", "fencegate")))
     parser.add_argument("--lock", choices=["fencegate", "etcd", "both"], default="both")
     args = parser.parse_args()
     if args.cmd == "client":

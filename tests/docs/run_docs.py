@@ -26,7 +26,7 @@ The docs use fixed addresses (127.0.0.1:8080 proxy, :9901 admin, :9903
 locks, :8000 backend); the test maps them to free ports in commands and in
 files it writes, and back in the output.
 
-  run_docs.py --fencegate BUILD/proxy/fencegate [FILE.md ...]
+  run_docs.py --fencegate BUILD/app/fencegate [FILE.md ...]
 """
 
 import argparse

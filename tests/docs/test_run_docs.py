@@ -1,7 +1,7 @@
 """The docs test's own test: each rule it enforces catches a page that
 breaks it, and a page that keeps every rule passes.
 
-  FENCEGATE=BUILD/proxy/fencegate python3 -m pytest tests/docs
+  FENCEGATE=BUILD/app/fencegate python3 -m pytest tests/docs
 """
 
 import os

@@ -23,9 +23,9 @@
 #include <sstream>
 #include <string>
 
-#include "proxy/admin_request.h"
-#include "proxy/replies.h"
-#include "proxy/router.h"
+#include "admin/admin_request.h"
+#include "fence/router.h"
+#include "net/replies.h"
 #include "tests/fuzz/fuzz_http.h"
 #include "tests/fuzz/fuzz_util.h"
 

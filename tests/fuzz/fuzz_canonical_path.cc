@@ -31,9 +31,9 @@
 
 #include "config/config.h"
 #include "config/internal.h"
-#include "proxy/canonical_path.h"
-#include "proxy/fence_filter.h"
-#include "proxy/router.h"
+#include "fence/canonical_path.h"
+#include "fence/classify.h"
+#include "fence/router.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {

@@ -18,8 +18,8 @@
 #include <variant>
 
 #include "config/config.h"
-#include "proxy/fence_filter.h"
-#include "proxy/router.h"
+#include "fence/classify.h"
+#include "fence/router.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {

@@ -44,8 +44,8 @@
 #include <string>
 #include <vector>
 
-#include "proxy/fence_filter.h"
-#include "proxy/key_queue.h"
+#include "fence/fence_filter.h"
+#include "fence/key_queue.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {

@@ -33,12 +33,12 @@
 #include <vector>
 
 #include "config/config.h"
-#include "proxy/canonical_path.h"
-#include "proxy/fence_filter.h"
+#include "fence/canonical_path.h"
+#include "fence/classify.h"
+#include "fence/request_checks.h"
+#include "fence/router.h"
+#include "net/replies.h"
 #include "proxy/headers.h"
-#include "proxy/replies.h"
-#include "proxy/request_checks.h"
-#include "proxy/router.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "proxy/fence_filter.h"
-#include "proxy/replies.h"
-#include "proxy/router.h"
-#include "proxy/token.h"
+#include "fence/classify.h"
+#include "fence/router.h"
+#include "fence/token.h"
+#include "net/replies.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate::fuzz {

@@ -24,7 +24,7 @@ def _wait_stored(gate, key, token):
 
 # With two threads the two writers' connections sit on different threads,
 # and the thread where the first write ends would send the queued one
-# upstream itself (handoff.h) were it not for the fence.
+# upstream itself (fence/handoff.h) were it not for the fence.
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("durability", ["sync", "async"])
 def test_a_write_queued_before_the_fence_is_refused_after_it(make_gate, backend, tmp_path,

@@ -6,7 +6,7 @@ dir; every acknowledged (2xx) write must still be fenced afterwards.
     FENCEGATE_CRASH_SEED     seed of the kill moments (default: random, printed)
 
 Long mode: FENCEGATE_CRASH_ROUNDS=500 /usr/bin/python3 -m pytest -q -s \
-    tests/integration/test_crash.py --fencegate=build/proxy/fencegate
+    tests/integration/test_crash.py --fencegate=build/app/fencegate
 
 The moment of each kill is chosen by the seed as a number of writes
 acknowledged in the round (0 = right after start), so the test waits on a

@@ -132,7 +132,7 @@ def test_a_request_pipelined_while_the_last_is_at_the_backend_is_answered(make_g
     """The client sends its next request while fencegate waits on the
     backend for the one before, on a connection kept alive through several
     requests (fencegate's wait for the next request then makes no recv of
-    its own until the socket has an event, proxy/read_attempt.h). The event
+    its own until the socket has an event, net/read_attempt.h). The event
     those bytes raise is seen while no read is pending on the client; the
     next wait must still read them. Were it forgotten, the second answer
     would come only when the idle timeout (60 s here) closed the

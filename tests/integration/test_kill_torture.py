@@ -364,7 +364,7 @@ def main():
     ap.add_argument("--max-delay", type=float, default=MAX_DELAY_S,
                     help="a kill comes 0 to this many seconds after a start")
     ap.add_argument("--fencegate", default=os.environ.get(
-        "FENCEGATE_BIN", os.path.join(ROOT, "build", "proxy", "fencegate")))
+        "FENCEGATE_BIN", os.path.join(ROOT, "build", "app", "fencegate")))
     ap.add_argument("--workdir", help="where run directories go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     args = ap.parse_args()

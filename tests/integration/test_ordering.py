@@ -112,7 +112,7 @@ def test_a_hot_key_on_one_thread_is_handed_on_one_write_at_a_time(make_gate, bac
 def test_a_hot_key_handed_to_another_thread_goes_from_the_handing_thread(make_gate, backend):
     # With two threads, consecutive writers sit on alternate threads. The
     # thread where a write ends sends the next one's request itself, on its
-    # own upstream connection, and hands that connection over (handoff.h);
+    # own upstream connection, and hands that connection over (fence/handoff.h);
     # the writer's own thread reads the response. The same guarantees hold,
     # and the debug log shows the hand-overs happened.
     gate = make_gate(threads=2, log={"level": "debug", "access_log": True})

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "config/config.h"
-#include "proxy/canonical_path.h"
+#include "fence/canonical_path.h"
 
 namespace fencegate::proxy {
 namespace {

@@ -1,5 +1,5 @@
 // UpstreamPool over real loopback sockets: which idle connections it keeps
-// and closes, and the pool as a Courier (proxy/handoff.h): a pooled
+// and closes, and the pool as a Courier (fence/handoff.h): a pooled
 // connection leaves one io_context with a request on it and is adopted by
 // another.
 #include <gtest/gtest.h>

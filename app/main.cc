@@ -1,0 +1,325 @@
+// fencegate: a reverse proxy that refuses writes carrying a stale fencing
+// token. This file wires the parts together: config -> store -> server.
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+#include "app/route_explain.h"
+#include "app/server.h"
+#include "config/config.h"
+#include "fence/router.h"
+#include "locks/lock_server.h"
+#include "net/heap_policy.h"
+#include "storage/export_import.h"
+#include "storage/fault_injecting_store.h"
+#include "storage/token_store.h"
+#include "tls/tls_context.h"
+
+namespace {
+
+using namespace fencegate;
+
+constexpr int kExitOk = 0;
+constexpr int kExitRuntime = 1;
+constexpr int kExitConfig = 2;
+
+void SetUpLogging(const config::LogConfig& log) {
+  auto err = spdlog::stderr_logger_mt("fencegate");
+  err->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ %v");
+  spdlog::set_default_logger(err);
+  spdlog::set_level(spdlog::level::from_str(log.level));
+  auto access = spdlog::stderr_logger_mt("access");
+  access->set_pattern("%v");
+  access->set_level(spdlog::level::info);
+}
+
+std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
+  std::string host = e.address().to_string();
+  if (e.address().is_v6()) host = "[" + host + "]";
+  return host + ":" + std::to_string(e.port());
+}
+
+int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
+          tls::Contexts tls) {
+  for (const std::string& warning : tls.warnings) spdlog::warn("{}", warning);
+  if (cfg->storage.etcd.https && cfg->storage.engine != "etcd") {
+    spdlog::debug("storage.etcd.tls was checked; it is used only with storage.engine: etcd");
+  }
+  storage::StoreOptions options;
+  options.engine = cfg->storage.engine;
+  options.path = cfg->storage.path;
+  options.durability = cfg->storage.durability == config::Durability::kSync
+                           ? storage::Durability::kSync
+                           : storage::Durability::kAsync;
+  storage::Status status;
+  std::unique_ptr<storage::TokenStore> store = storage::OpenStore(options, &status);
+  if (!store) {
+    spdlog::critical("cannot open the token store ({} at {}): {}", options.engine, options.path,
+                     status.ToString());
+    return kExitRuntime;
+  }
+  std::function<void(const storage::FaultSpec&)> set_faults;
+  if (test_faults) {
+    auto wrapper = std::make_unique<storage::FaultInjectingStore>(std::move(store));
+    set_faults = [faults = wrapper.get()](const storage::FaultSpec& s) { faults->SetFaults(s); };
+    store = std::move(wrapper);
+    spdlog::warn("--enable-test-faults: the admin API can make the store fail (tests only)");
+  }
+
+  int code = kExitOk;
+  {
+    proxy::Server server(cfg, *store, set_faults, std::move(tls));
+    // The lock service (locks.listen, docs/contract.md, "Lock service") runs
+    // on its own thread and stops after the server's drain, before the store
+    // is closed.
+    std::optional<locks::LockServer> lock_server;
+    if (cfg->locks.endpoint) lock_server.emplace(cfg, *store);
+    std::string error;
+    if (!server.Start(&error) || (lock_server && !lock_server->Start(&error))) {
+      spdlog::critical("{}", error);
+      storage::Status closed = store->Close();
+      if (!closed.ok()) spdlog::error("closing the token store: {}", closed.ToString());
+      return kExitRuntime;
+    }
+    nlohmann::json ready = {{"event", "listening"},
+                            {"proxy", EndpointString(server.proxy_endpoint())}};
+    if (auto admin = server.admin_endpoint()) ready["admin"] = EndpointString(*admin);
+    if (lock_server) ready["locks"] = EndpointString(lock_server->endpoint());
+    std::cout << ready.dump() << std::endl;  // one line, flushed: tests wait on it
+    spdlog::info("fencegate {} proxying {} -> {} (store: {} at {}, durability {})",
+                 FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()), cfg->upstream.url,
+                 options.engine, options.path,
+                 options.durability == storage::Durability::kSync ? "sync" : "async");
+    server.Run();
+    if (lock_server) lock_server->Stop();
+  }
+  storage::Status closed = store->Close();
+  if (!closed.ok()) {
+    spdlog::error("closing the token store: {}", closed.ToString());
+    code = kExitRuntime;
+  }
+  spdlog::info("stopped");
+  return code;
+}
+
+
+// `fencegate export` / `fencegate import`: back up or move fences
+// (storage/export_import.h). Both open the store directly, so they run
+// while fencegate is stopped.
+storage::StoreOptions StoreOptionsOf(const config::Config& cfg) {
+  storage::StoreOptions options;
+  options.engine = cfg.storage.engine;
+  options.path = cfg.storage.path;
+  options.durability = cfg.storage.durability == config::Durability::kSync
+                           ? storage::Durability::kSync
+                           : storage::Durability::kAsync;
+  return options;
+}
+
+void PrintStoreError(const char* what, const storage::StoreOptions& options,
+                     const storage::Status& status) {
+  std::cerr << "fencegate " << what << ": " << options.path << ": " << status.ToString() << "\n";
+  if (status.code() == storage::Status::Code::kBusy) {
+    std::cerr << "fencegate " << what
+              << ": export and import open the token store directly; stop the fencegate that "
+                 "uses it first\n";
+  }
+}
+
+int RunExport(const config::Config& cfg, const std::string& output) {
+  storage::StoreOptions options = StoreOptionsOf(cfg);
+  std::ofstream file;
+  if (output != "-") {
+    file.open(output, std::ios::out | std::ios::trunc);
+    if (!file) {
+      std::cerr << "fencegate export: cannot write " << output << "\n";
+      return kExitRuntime;
+    }
+  }
+  std::ostream& out = output == "-" ? std::cout : file;
+  uint64_t count = 0;
+  storage::Status s = storage::ExportStore(options, out, &count);
+  if (!s.ok()) {
+    PrintStoreError("export", options, s);
+    return kExitRuntime;
+  }
+  std::cerr << "fencegate export: " << count << " keys from " << options.path << "\n";
+  return kExitOk;
+}
+
+int RunImport(const config::Config& cfg, const std::string& input) {
+  std::ifstream file;
+  if (input != "-") {
+    file.open(input);
+    if (!file) {
+      std::cerr << "fencegate import: cannot read " << input << "\n";
+      return kExitConfig;
+    }
+  }
+  std::istream& in = input == "-" ? std::cin : file;
+  std::vector<storage::TokenRecord> records;
+  // Everything is parsed before anything is applied: a bad line changes nothing.
+  if (storage::Status s = storage::ReadRecords(in, &records); !s.ok()) {
+    std::cerr << "fencegate import: " << (input == "-" ? "<stdin>" : input) << ": "
+              << s.message() << "; nothing was imported\n";
+    return kExitConfig;
+  }
+  storage::StoreOptions options = StoreOptionsOf(cfg);
+  storage::Status status;
+  std::unique_ptr<storage::TokenStore> store = storage::OpenStore(options, &status);
+  if (!store) {
+    PrintStoreError("import", options, status);
+    return kExitRuntime;
+  }
+  storage::ImportSummary summary;
+  storage::Status imported = storage::ImportTokens(*store, records, &summary);
+  storage::Status closed = store->Close();
+  if (!imported.ok() || !closed.ok()) {
+    PrintStoreError("import", options, imported.ok() ? closed : imported);
+    std::cerr << "fencegate import: " << summary.records << " of " << records.size()
+              << " records were applied before the error (tokens only go up; run the import "
+                 "again)\n";
+    return kExitRuntime;
+  }
+  std::cerr << "fencegate import: " << summary.records << " records into " << options.path
+            << ": " << summary.at_imported << " now at the imported token, "
+            << summary.already_higher << " already higher (kept)\n";
+  return kExitOk;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"fencegate: a fencing reverse proxy that refuses writes with stale lock tokens"};
+  std::string config_path;
+  bool check = false;
+  bool version = false;
+  bool test_faults = false;
+  app.add_option("-c,--config", config_path, "YAML configuration file");
+  app.add_flag("--check", check, "validate the configuration and exit (0 valid, 2 invalid)");
+  app.add_flag("--version", version, "print the version and exit");
+  app.add_flag("--enable-test-faults", test_faults,
+               "tests only: let the admin API inject token store faults")
+      ->group("");  // hidden
+  // Subcommands; plain `fencegate --config FILE` still runs the proxy.
+  std::string sub_config;
+  std::string export_output = "-";
+  std::string import_input = "-";
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "write every key and its token as JSON lines (run while fencegate is stopped)");
+  export_cmd->add_option("-c,--config", sub_config, "YAML configuration file (storage section)");
+  export_cmd->add_option("-o,--output", export_output, "file to write, - for stdout (default)");
+  CLI::App* import_cmd = app.add_subcommand(
+      "import", "raise tokens from JSON lines (never lowers; run while fencegate is stopped)");
+  import_cmd->add_option("-c,--config", sub_config, "YAML configuration file (storage section)");
+  import_cmd->add_option("-i,--input", import_input, "file to read, - for stdin (default)");
+  proxy::ExplainRequest explain;
+  std::vector<std::string> explain_headers;
+  bool explain_json = false;
+  CLI::App* route_cmd = app.add_subcommand(
+      "route",
+      "print the route, canonical path and keys a request would be fenced under (or why it "
+      "would be refused), without starting anything");
+  route_cmd->add_option("-c,--config", sub_config, "YAML configuration file (routes)");
+  route_cmd->add_option("method", explain.method, "the request's method, e.g. PUT")->required();
+  route_cmd->add_option("target", explain.target, "the request target, e.g. /objects/a%3A1")
+      ->required();
+  route_cmd->add_option("-H,--header", explain_headers, "a request header, 'Name: value'");
+  route_cmd->add_flag("--json", explain_json, "print one JSON object");
+  app.require_subcommand(0, 1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitConfig;
+  }
+  if (version) {
+    std::cout << "fencegate " << FENCEGATE_VERSION << "\n";
+    return kExitOk;
+  }
+  const bool tool = export_cmd->parsed() || import_cmd->parsed() || route_cmd->parsed();
+  if (tool && !sub_config.empty()) config_path = sub_config;
+  if (tool && check) {
+    std::cerr << "fencegate: --check cannot be combined with export, import or route\n";
+    return kExitConfig;
+  }
+  if (config_path.empty()) {
+    std::cerr << "fencegate: --config FILE is required (see --help)\n";
+    return kExitConfig;
+  }
+  config::LoadResult loaded = config::Load(config_path);
+  if (auto* error = std::get_if<config::ConfigError>(&loaded)) {
+    std::cerr << "fencegate: invalid configuration: " << error->message << "\n";
+    return kExitConfig;
+  }
+  auto cfg = std::make_shared<const config::Config>(std::get<config::Config>(std::move(loaded)));
+  // The router compiles what the loader validated (regexes, templates);
+  // anything it still refuses is a config error too, caught by --check.
+  std::string route_error;
+  if (!proxy::Router::Build(cfg->routes, &route_error)) {
+    std::cerr << "fencegate: invalid configuration: " << config_path << ": field 'routes': "
+              << route_error << "\n";
+    return kExitConfig;
+  }
+  // Every certificate, key and CA file is read now, so --check finds a
+  // missing file or a key that does not belong to its certificate.
+  tls::Contexts tls_contexts;
+  std::string tls_error;
+  if (!tool && !tls::Build(*cfg, &tls_contexts, &tls_error)) {
+    std::cerr << "fencegate: invalid configuration: " << tls_error << "\n";
+    return kExitConfig;
+  }
+  if (check) {
+    auto listener = [](const std::optional<config::Endpoint>& e) {
+      return e ? e->ToString() : std::string("off");
+    };
+    for (const std::string& warning : tls_contexts.warnings) {
+      std::cerr << "fencegate: warning: " << warning << "\n";
+    }
+    std::cout << "configuration OK: " << config_path << " (proxy " << cfg->endpoint.ToString()
+              << (cfg->tls.enabled ? " with TLS" : "") << ", admin " << listener(cfg->admin.endpoint) << ", locks "
+              << listener(cfg->locks.endpoint) << ", upstream " << cfg->upstream.url << ")\n";
+    return kExitOk;
+  }
+  if (route_cmd->parsed()) {
+    std::unique_ptr<proxy::Router> router = proxy::Router::Build(cfg->routes, &route_error);
+    for (const std::string& h : explain_headers) {
+      std::pair<std::string, std::string> field;
+      if (!proxy::ParseHeaderArgument(h, &field)) {
+        std::cerr << "fencegate route: -H '" << h << "' is not 'Name: value'\n";
+        return kExitConfig;
+      }
+      explain.headers.push_back(std::move(field));
+    }
+    nlohmann::json e = proxy::ExplainRoute(*cfg, *router, explain);
+    std::cout << (explain_json ? e.dump() + "\n" : proxy::FormatExplanation(e));
+    return kExitOk;
+  }
+  if (export_cmd->parsed()) return RunExport(*cfg, export_output);
+  if (import_cmd->parsed()) return RunImport(*cfg, import_input);
+  SetUpLogging(cfg->log);
+  return Serve(cfg, test_faults, std::move(tls_contexts));
+}
+
+}  // namespace
+
+// An exception that reaches here is a bug (errors the network, the disk or
+// the operator cause are handled where they happen): say so on stderr and
+// exit 1, after the destructors on the way have closed the store, instead of
+// std::terminate's abort.
+int main(int argc, char** argv) {
+  fencegate::proxy::KeepFreedHeapMemory();  // before any thread or large buffer
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "fencegate: internal error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "fencegate: internal error: an unknown exception\n";
+  }
+  return kExitRuntime;
+}
