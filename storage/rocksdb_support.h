@@ -1,16 +1,15 @@
 #pragma once
 // Private to the RocksDB engine: the edge where RocksDB types meet
-// fencegate's. Opening a database with fencegate's options, converting
-// rocksdb::Status to storage::Status, and the on-disk token format.
+// fencegate's. The on-disk token format, converting rocksdb::Status to
+// storage::Status, and the free space every write needs. Opening the
+// database: rocksdb_recovery.h; its options: rocksdb_options.h.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 
-#include <rocksdb/db.h>
 #include <rocksdb/status.h>
 
 #include "storage/rocksdb_store.h"
@@ -34,17 +33,6 @@ std::string Printable(std::string_view key);
 // Aborted/Incomplete/TimedOut -> Unavailable, anything else -> IoError.
 // The message is "<context>: <rocksdb message>".
 Status FromRocks(const rocksdb::Status& s, const std::string& context);
-
-// Opens (creating if missing) the database at options.path with the options
-// that suit fencegate's small values. Refuses a directory that holds RocksDB
-// files without a CURRENT file instead of creating an empty database over
-// it. Errors are phrased for the operator (what is wrong, what to do):
-// Busy when the data dir lock is held by another process, Corruption for
-// damaged data, IoError for paths that cannot be created or written.
-// RocksDB's own automatic error recovery is switched off: the writer thread
-// recovers (see RocksDbStore), so there is exactly one recovery mechanism.
-Status OpenDb(const RocksDbStoreOptions& options,
-              std::unique_ptr<rocksdb::DB>* db);
 
 // Free space the data dir must keep before the store writes: below it a
 // write is refused (IoError) instead of being tried. RocksDB's WAL writer
@@ -100,10 +88,5 @@ class FreeSpaceGuard {
   uint64_t room_ = 0;  // bytes that may still be written without asking
   uint64_t asks_ = 0;
 };
-
-// Creates, writes, fsyncs and deletes a small file in options.path through
-// options.env: ok when the data dir can be written again. Lets recovery
-// keep a read-only database open while the disk still fails.
-Status ProbeDisk(const RocksDbStoreOptions& options);
 
 }  // namespace fencegate::storage::rocksdb_support

@@ -291,8 +291,9 @@ struct StoreOnFailingFs {
 // A synced write whose fsync failed is refused, but its WAL record is in the
 // file (the page cache), and the reopen that recovers the store replays it:
 // from then on the store decides against that token, never against the
-// value from before the failure (rocksdb_store.h, "Failure": such a write
-// may show up after a reopen, and stored tokens only go up).
+// value from before the failure (docs/architecture.md, "Failure and
+// recovery": such a write may show up after a reopen, and stored tokens only
+// go up).
 TEST(RocksDbStoreSyncFailure, ARefusedWriteThatTheReopenReplaysCounts) {
   StoreOnFailingFs on(Durability::kSync, std::chrono::hours(1));
   ASSERT_NE(on.store, nullptr);

@@ -1,0 +1,131 @@
+// The sections of the file other than routes and TLS: upstream, fencing,
+// storage, limits and log.
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "config/internal.h"
+#include "config/readers.h"
+
+namespace fencegate::config::internal {
+namespace {
+
+constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
+
+}  // namespace
+
+std::function<bool(const Field&)> DurationInto(YamlReader& r, Duration* out) {
+  return [&r, out](const Field& v) { return r.PositiveDuration(v, out); };
+}
+
+bool ReadUpstream(YamlReader& r, const Field& f, UpstreamConfig* up) {
+  bool has_url = false;
+  bool ok = r.Map(f, Keys{
+      {"url", [&](const Field& v) { return has_url = ReadUpstreamUrl(r, v, up); }},
+      {"connect_timeout", DurationInto(r, &up->connect_timeout)},
+      {"timeout", DurationInto(r, &up->timeout)},
+      {"max_idle_connections", [&](const Field& v) {
+         uint64_t n = 0;
+         if (!r.Unsigned(v, 0, std::numeric_limits<uint32_t>::max(), &n)) return false;
+         up->max_idle_connections = static_cast<uint32_t>(n);
+         return true;
+       }},
+      {"tls", [&](const Field& v) { return ReadClientTls(r, v, &up->tls); }},
+  });
+  if (ok && !has_url) {
+    return r.Fail(f.Child(f.node, "url", f.line), "is missing",
+                  "the backend's URL, e.g. url: http://127.0.0.1:9000");
+  }
+  if (ok && up->tls.present && !up->https) {
+    return r.Fail(f.Child(f.node, "tls", up->tls.line),
+                  "is set, but upstream.url '" + up->url + "' is not https, so it would not be used",
+                  "an https:// url (which turns TLS on), or no tls section");
+  }
+  return ok;
+}
+
+bool ReadFencing(YamlReader& r, const Field& f, FencingConfig* fencing) {
+  return r.Map(f, Keys{
+      {"token_header", [&](const Field& v) {
+         std::string name;
+         if (!r.String(v, &name)) return false;
+         if (!IsHttpToken(name)) {
+           return r.Fail(v, "'" + name + "' is not a valid header name",
+                         "an HTTP token such as Fencing-Token");
+         }
+         fencing->token_header = std::move(name);
+         return true;
+       }},
+      {"forward_token", [&](const Field& v) { return r.Bool(v, &fencing->forward_token); }},
+  });
+}
+
+bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
+  auto read_etcd = [&](const Field& v) {
+    EtcdConfig& etcd = storage->etcd;
+    bool ok = r.Map(v, Keys{
+        {"endpoints", [&](const Field& list) { return ReadEtcdEndpoints(r, list, &etcd); }},
+        {"prefix", [&](const Field& p) { return r.String(p, &etcd.prefix); }},
+        {"tls", [&](const Field& t) { return ReadClientTls(r, t, &etcd.tls); }},
+    });
+    if (ok && etcd.tls.present && !etcd.https) {
+      return r.Fail(v.Child(v.node, "tls", etcd.tls.line),
+                    "is set, but storage.etcd.endpoints are not https, so it would not be used",
+                    "https:// endpoints (which turn TLS on), or no tls section");
+    }
+    return ok;
+  };
+  return r.Map(f, Keys{
+      {"engine",
+       [&](const Field& v) {
+         if (!r.Choice(v, {"rocksdb", "etcd"}, &storage->engine)) return false;
+         if (storage->engine == "etcd") {  // validated, refused until the engine exists
+           return r.Fail(v, "the etcd engine is not built in this version", "rocksdb");
+         }
+         return true;
+       }},
+      {"path", [&](const Field& v) {
+         return r.NonEmptyString(v, "a directory path such as ./fencegate-data", &storage->path);
+       }},
+      {"durability", [&](const Field& v) {
+         std::string value;
+         if (!r.Choice(v, {"sync", "async"}, &value)) return false;
+         storage->durability = value == "sync" ? Durability::kSync : Durability::kAsync;
+         return true;
+       }},
+      {"etcd", read_etcd},
+  });
+}
+
+bool ReadLimits(YamlReader& r, const Field& f, LimitsConfig* limits) {
+  auto positive = [&](uint64_t* out) {
+    return [&r, out](const Field& v) { return r.Unsigned(v, 1, kMaxU64, out); };
+  };
+  return r.Map(f, Keys{
+      {"max_header_bytes", positive(&limits->max_header_bytes)},
+      {"max_body_bytes", positive(&limits->max_body_bytes)},
+      {"header_timeout", DurationInto(r, &limits->header_timeout)},
+      {"idle_timeout", DurationInto(r, &limits->idle_timeout)},
+      {"max_connections", positive(&limits->max_connections)},
+      {"drain_timeout", DurationInto(r, &limits->drain_timeout)},
+      {"max_waiting_per_key", positive(&limits->max_waiting_per_key)},
+      {"max_connections_per_client", [&r, limits](const Field& v) {
+         return r.Unsigned(v, 0, kMaxU64, &limits->max_connections_per_client);
+       }},
+  });
+}
+
+bool ReadLog(YamlReader& r, const Field& f, LogConfig* log) {
+  return r.Map(f, Keys{
+      {"level", [&](const Field& v) {
+         return r.Choice(v, {"trace", "debug", "info", "warn", "error", "critical", "off"},
+                         &log->level);
+       }},
+      {"access_log", [&](const Field& v) { return r.Bool(v, &log->access_log); }},
+  });
+}
+
+}  // namespace fencegate::config::internal
