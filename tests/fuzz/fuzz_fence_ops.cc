@@ -255,6 +255,7 @@ void OnVerdict(Model& m, size_t id, size_t waiting_before, proxy::FenceVerdict v
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fencegate::fuzz;
   namespace proxy = fencegate::proxy;
+  namespace storage = fencegate::storage;
   boost::asio::io_context ioc;
   storage::MemoryStore engine(storage::MemoryStoreOptions{.answer_on_caller = true});
   Gate store(engine);
