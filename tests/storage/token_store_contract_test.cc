@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,9 @@ struct Engine {
   std::string name;
   std::function<std::unique_ptr<TokenStore>(const std::string& dir)> open;
 };
+
+// gtest names the engine of a failed test with this.
+void PrintTo(const Engine& engine, std::ostream* os) { *os << engine.name; }
 
 std::vector<Engine> Engines() {
   return {
