@@ -48,10 +48,10 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-import run
+import run  # noqa: E402  (puts tests/support on sys.path)
+from fencegate_proc import ProcessError, TempDir, free_port  # noqa: E402
 
 SCENARIOS = ("get", "put_pass", "put_async", "put_hot")
 BODY = b"x" * 16
@@ -307,8 +307,8 @@ def main():
             run.log(f"not an executable: {b}")
             return 2
 
-    work = tempfile.mkdtemp(prefix="fencegate-instr-", dir=os.environ.get("BENCH_TMP"))
-    os.chmod(work, 0o755)
+    work_dir = TempDir("fencegate-instr-", parent=os.environ.get("BENCH_TMP"), mode=0o755)
+    work = work_dir.path
     procs = run.Procs()
     out = {"meta": {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -318,7 +318,7 @@ def main():
         "results": {}, "problems": []}
     problems = out["problems"]
     try:
-        backend_port = run.free_port()
+        backend_port = free_port()
         www = os.path.join(work, "www")
         os.makedirs(os.path.join(www, "tmp"))
         os.chmod(www, 0o755)
@@ -329,7 +329,8 @@ def main():
         for name, binary in binaries.items():
             try:
                 r = measure(args, procs, work, name, binary, backend_port)
-            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired,
+                    ProcessError) as e:
                 problems.append(f"{name}: {e}")
                 continue
             out["results"][name] = r
@@ -345,7 +346,7 @@ def main():
     finally:
         procs.stop_all()
         if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+            work_dir.remove()
         else:
             run.log(f"kept {work}")
     report(out["results"], list(binaries))

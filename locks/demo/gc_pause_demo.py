@@ -30,19 +30,21 @@ import os
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+
+from fencegate_proc import (START_TIMEOUT, Fencegate, Processes, TempDir,  # noqa: E402
+                            free_ports, read_first_line, write_config)
+
 BACKEND = os.path.join(ROOT, "tests", "integration", "recording_backend.py")
 TTL_S = 2
-START_TIMEOUT = 30.0
 STEP_TIMEOUT = 20.0
 COLUMN = 60
 
@@ -132,12 +134,6 @@ def client_main(args):
 # Orchestration
 # --------------------------------------------------------------------------
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Lines:
     """Reads JSON lines from a child's stdout with a deadline (select, no sleep)."""
 
@@ -161,32 +157,6 @@ class Lines:
         return line.decode()
 
 
-class Processes:
-    """Every process the demo starts; stop_all() ends them by PID."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, argv, **kw):
-        p = subprocess.Popen(argv, **kw)
-        self.procs.append(p)
-        return p
-
-    def stop_all(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                try:
-                    os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-                    p.terminate()
-                    p.wait(timeout=10)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    p.kill()
-                    p.wait()
-            for stream in (p.stdin, p.stdout):
-                if stream:
-                    stream.close()
-
-
 class Environment:
     """Backend + fencegate (+ etcd) for one run of the demo."""
 
@@ -195,30 +165,27 @@ class Environment:
         self.backend_log = open(os.path.join(workdir, "backend.stderr"), "wb")
         backend = procs.start([sys.executable, BACKEND, "--port", "0"], stdout=subprocess.PIPE,
                               stderr=self.backend_log, stdin=subprocess.DEVNULL)
-        self.backend = f"http://127.0.0.1:{int(Lines(backend, 'backend').next(START_TIMEOUT))}"
-        cfg = os.path.join(workdir, "fencegate.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"""listen: "127.0.0.1:0"
-threads: 2
-upstream: {{url: "{self.backend}"}}
-routes:
-  - {{name: objects, path_prefix: /objects/}}
-storage: {{path: "{os.path.join(workdir, 'fencegate-data')}"}}
-admin: {{listen: ""}}
-locks: {{listen: "127.0.0.1:0"}}
-log: {{level: warn, access_log: false}}
-""")
-        self.gate_log = open(os.path.join(workdir, "fencegate.stderr"), "wb")
-        gate = procs.start([fencegate_bin, "--config", cfg], stdout=subprocess.PIPE,
-                           stderr=self.gate_log, stdin=subprocess.DEVNULL)
-        ready = json.loads(Lines(gate, "fencegate").next(START_TIMEOUT))
-        self.proxy = f"http://{ready['proxy']}"
-        self.locks = f"http://{ready['locks']}"
+        port = int(read_first_line(backend, START_TIMEOUT, "backend")[0])
+        self.backend = f"http://127.0.0.1:{port}"
+        cfg = write_config(os.path.join(workdir, "fencegate.yaml"), {
+            "listen": "127.0.0.1:0",
+            "threads": 2,
+            "upstream": {"url": self.backend},
+            "routes": [{"name": "objects", "path_prefix": "/objects/"}],
+            "storage": {"path": os.path.join(workdir, "fencegate-data")},
+            "admin": {"listen": ""},
+            "locks": {"listen": "127.0.0.1:0"},
+            "log": {"level": "warn", "access_log": False},
+        })
+        self.gate = Fencegate(fencegate_bin, cfg, workdir, stderr_name="fencegate.stderr",
+                              procs=procs).start()
+        self.proxy = self.gate.url("proxy")
+        self.locks = self.gate.url("locks")
         self.etcd = self._start_etcd() if with_etcd else None
 
     def _start_etcd(self):
         etcd = shutil.which("etcd") or "/usr/bin/etcd"
-        client, peer = free_port(), free_port()
+        client, peer = free_ports(2)
         self.etcd_log = open(os.path.join(self.workdir, "etcd.stderr"), "wb")
         url = f"http://127.0.0.1:{client}"
         self.procs.start([etcd, "--name", "demo", "--data-dir", os.path.join(self.workdir, "etcd"),
@@ -241,7 +208,9 @@ log: {{level: warn, access_log: false}}
             time.sleep(0.05)
 
     def close(self):
-        for f in ("backend_log", "gate_log", "etcd_log"):
+        if hasattr(self, "gate"):
+            self.gate.stop()
+        for f in ("backend_log", "etcd_log"):
             if hasattr(self, f):
                 getattr(self, f).close()
 
@@ -336,18 +305,18 @@ def side_by_side(title, left, right):
 def run_demo(fencegate_bin, lock, workdir=None, out=sys.stdout):
     """Runs both stories for one lock service; prints them; returns them."""
     procs = Processes()
-    tmp = workdir or tempfile.mkdtemp(prefix="fencegate-gc-demo-")
+    tmp = None if workdir else TempDir("fencegate-gc-demo-")
     env = None
     try:
-        env = Environment(fencegate_bin, tmp, procs, with_etcd=(lock == "etcd"))
+        env = Environment(fencegate_bin, workdir or tmp.path, procs, with_etcd=(lock == "etcd"))
         direct = run_story(env, procs, lock, through_gate=False, story=f"{lock}-direct")
         fenced = run_story(env, procs, lock, through_gate=True, story=f"{lock}-fenced")
     finally:
-        procs.stop_all()
+        procs.stop_all(timeout=10)
         if env:
             env.close()
-        if workdir is None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        if tmp:
+            tmp.remove()
     source = ("fencegate's lock service (locks.listen)" if lock == "fencegate"
               else "etcd (lease + lock; token = the lock key's create revision)")
     print(side_by_side(f"GC pause, lock from {source}", direct, fenced), file=out)

@@ -32,8 +32,6 @@ files it writes, and back in the output.
 import argparse
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,7 +40,9 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-import fg_helpers  # noqa: E402  (the integration tests' process helpers)
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import fencegate_proc  # noqa: E402  (starts and stops processes)
+import fg_helpers  # noqa: E402  (the integration tests' nginx backend)
 
 COMMAND_TIMEOUT = 60
 SHELL_LANGS = {"sh", "bash", "shell"}
@@ -177,7 +177,8 @@ class Sandbox:
 
     def __init__(self, fencegate, tmp_root):
         self.fencegate = os.path.abspath(fencegate)
-        self.dir = tempfile.mkdtemp(prefix="docs-", dir=tmp_root)
+        self.tmp = fencegate_proc.TempDir("docs-", parent=tmp_root)
+        self.dir = self.tmp.path
         # The repository's top-level folders, so that `config/examples/...`
         # and `locks/demo/...` resolve as they do from a checkout.
         for name in os.listdir(ROOT):
@@ -186,15 +187,8 @@ class Sandbox:
         os.symlink(os.path.join(ROOT, "docs"), os.path.join(self.dir, "docs"))
         self.backend = fg_helpers.NginxDav(os.path.join(self.dir, ".backend"))
         self.ports = {"backend": self.backend.port}
-        # Held open until all are chosen, so that no two roles get one port.
-        held = []
-        for role in ("proxy", "admin", "locks"):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            held.append(s)
-            self.ports[role] = s.getsockname()[1]
-        for s in held:
-            s.close()
+        roles = ("proxy", "admin", "locks")
+        self.ports.update(zip(roles, fencegate_proc.free_ports(len(roles))))
         self.background = []
         self.env = dict(os.environ)
         self.env["PATH"] = os.path.dirname(self.fencegate) + os.pathsep + self.env.get("PATH", "")
@@ -238,14 +232,14 @@ class Sandbox:
                                 stderr=log)
         self.background.append((proc, log))
         try:
-            line, _ = fg_helpers.read_first_line(proc, fg_helpers.START_TIMEOUT, cmd)
-        except AssertionError as e:
+            line, _ = fencegate_proc.read_first_line(proc, fencegate_proc.START_TIMEOUT, cmd)
+        except fencegate_proc.ProcessError as e:
             log.flush()
             with open(log.name, errors="replace") as f:
                 raise DocError(f"{e}\n{f.read()[-3000:]}")
         if '"listening"' not in line:
             raise DocError(f"{cmd}: first line is not the listening line: {line!r}")
-        threading.Thread(target=fg_helpers._drain, args=(proc.stdout, []), daemon=True).start()
+        threading.Thread(target=fencegate_proc.drain, args=(proc.stdout, []), daemon=True).start()
 
     def run(self, cmd, expect):
         want_status = 0
@@ -269,11 +263,11 @@ class Sandbox:
         errors = []
         for proc, log in self.background:
             try:
-                fg_helpers.stop_process(proc)
-            except AssertionError as e:
+                fencegate_proc.stop_process(proc)
+            except fencegate_proc.ProcessError as e:
                 errors.append(str(e))
             log.close()
-        fg_helpers.stop_process(self.backend.proc)
+        fencegate_proc.stop_process(self.backend.proc)
         return errors
 
 
@@ -313,7 +307,7 @@ def run_file(path, fencegate, tmp_root, keep):
     finally:
         errors += box.close()
         if not keep and not errors:
-            shutil.rmtree(box.dir, ignore_errors=True)
+            box.tmp.remove()
         elif errors:
             errors.append(f"sandbox kept: {box.dir}")
     return errors

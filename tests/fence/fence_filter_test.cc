@@ -7,12 +7,15 @@
 #include <boost/asio/io_context.hpp>
 #include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "tests/proxy/fake_store.h"
+#include "storage/fault_injecting_store.h"
+#include "storage/memory_store.h"
+#include "tests/support/gated_store.h"
 
 namespace fencegate::proxy {
 namespace {
@@ -55,7 +58,8 @@ class FenceFilterTest : public ::testing::Test {
 
   FenceSettings settings_;
   std::unique_ptr<Router> router_;
-  testing::FakeStore store_;
+  // The in-memory engine, behind faults a test may turn on.
+  storage::FaultInjectingStore store_{std::make_unique<storage::MemoryStore>()};
   KeyQueue queue_;
   FenceFilter filter_{store_, queue_};
 };
@@ -157,7 +161,7 @@ TEST_F(FenceFilterTest, FullKeyQueueIs503AtOnceAndTheQueueStillDrains) {
   // the store joins its threads (which still hold executors of `ioc`)
   // before `ioc` goes.
   boost::asio::io_context ioc;
-  testing::FakeStore store;
+  storage::MemoryStore store;
   KeyQueue small(1);  // one write may wait behind the one in flight
   FenceFilter filter(store, small);
   // The store answers from its own thread: keep the io_context from running
@@ -199,7 +203,7 @@ TEST_F(FenceFilterTest, FullKeyQueueIs503AtOnceAndTheQueueStillDrains) {
 TEST_F(FenceFilterTest, AWaitingWriteIsCheckedAtOnceAndForwardedInItsTurn) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   boost::asio::io_context ioc;  // see the test above for this order
-  testing::FakeStore store;
+  storage::MemoryStore store;
   KeyQueue queue;
   FenceFilter filter(store, queue);
   auto guard = boost::asio::make_work_guard(ioc);
@@ -218,8 +222,7 @@ TEST_F(FenceFilterTest, AWaitingWriteIsCheckedAtOnceAndForwardedInItsTurn) {
   ASSERT_TRUE(run_until(1));
   ASSERT_TRUE(got[0].forward);  // holds the key
 
-  check("6");
-  EXPECT_EQ(store.advances, 2);  // already checked and advanced ...
+  check("6");  // already checked and advanced (the store decides in call order) ...
   std::promise<std::optional<uint64_t>> stored;
   store.Get("/objects/x", [&](const storage::Status&, std::optional<uint64_t> v) {
     stored.set_value(v);
@@ -269,7 +272,8 @@ TEST_F(FenceFilterTest, TheHandingThreadSendsAWaitingWriteOnlyOnceTheStoreAccept
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   boost::asio::io_context mine;  // the holder's thread
   boost::asio::io_context theirs;  // the waiters' thread
-  testing::FakeStore store;      // after the io_contexts: see above
+  storage::MemoryStore memory;   // after the io_contexts: see above
+  testing::GatedStore store(memory);  // holds the Advance of "8"
   KeyQueue queue;
   FenceFilter filter(store, queue);
   auto guard_mine = boost::asio::make_work_guard(mine);
@@ -304,9 +308,9 @@ TEST_F(FenceFilterTest, TheHandingThreadSendsAWaitingWriteOnlyOnceTheStoreAccept
   check("6", "PUT six");  // accepted
   check("4", "PUT four");  // stale: refused at once
   check("7", "");          // accepted, nothing whole to send
-  store.HoldAnswers();
+  store.Hold();
   check("8", "PUT eight");  // accepted, but not answered yet when its turn comes
-  store.WaitForAnswers();
+  memory.Drain();
   ASSERT_TRUE(run_theirs_until(1));
   EXPECT_EQ(got.at("4").outcome, "stale");
 
@@ -325,7 +329,7 @@ TEST_F(FenceFilterTest, TheHandingThreadSendsAWaitingWriteOnlyOnceTheStoreAccept
 
   hand_on(got.at("7").lease);  // to 8, still unanswered: not sent
   EXPECT_EQ(courier.requests, (std::vector<std::string>{"PUT six"}));
-  store.ReleaseAnswers();
+  store.Release();
   ASSERT_TRUE(run_theirs_until(4));
   ASSERT_TRUE(got.at("8").forward);
   EXPECT_FALSE(got.at("8").handed);
@@ -336,7 +340,7 @@ TEST_F(FenceFilterTest, TheHandingThreadSendsAWaitingWriteOnlyOnceTheStoreAccept
 TEST_F(FenceFilterTest, ShadowModeNeverRefusesAFullKeyQueue) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kShadow)});
   boost::asio::io_context ioc;  // see the test above for this order
-  testing::FakeStore store;
+  storage::MemoryStore store;
   KeyQueue small(1);
   FenceFilter filter(store, small);
   auto guard = boost::asio::make_work_guard(ioc);
@@ -359,7 +363,7 @@ TEST_F(FenceFilterTest, ShadowModeNeverRefusesAFullKeyQueue) {
 
 TEST_F(FenceFilterTest, StoreFailureFailsClosed) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
-  store_.fail = true;
+  store_.SetFaults({.fail_writes = true});
   FenceVerdict v = Write("/objects/x", 7);
   EXPECT_FALSE(v.forward);
   EXPECT_EQ(v.outcome, "store_unavailable");
@@ -411,7 +415,7 @@ class Verdicts {
     return got.size() == n;
   }
   // Runs what is ready and returns how many verdicts came: once the store's
-  // answers ran (FakeStore::WaitForAnswers), a verdict that is not ready
+  // answers ran (MemoryStore::Drain), a verdict that is not ready
   // now waits for a turn.
   size_t Poll() {
     ioc_.restart();
@@ -424,7 +428,7 @@ class Verdicts {
   boost::asio::io_context& ioc_;
 };
 
-std::optional<uint64_t> Stored(testing::FakeStore& store, const std::string& key) {
+std::optional<uint64_t> Stored(storage::TokenStore& store, const std::string& key) {
   std::promise<std::optional<uint64_t>> stored;
   store.Get(key, [&](const storage::Status&, std::optional<uint64_t> v) { stored.set_value(v); });
   return stored.get_future().get();
@@ -471,7 +475,7 @@ TEST_F(FenceFilterTest, AWriteOfTwoKeysIsRefusedWholeWhenEitherIsStale) {
   ok.lease.Release();
   EXPECT_EQ(queue_.active_keys(), 0u);
 
-  store_.fail = true;
+  store_.SetFaults({.fail_writes = true});
   FenceVerdict failed = two("/objects/a", "/objects/b", 7);
   EXPECT_FALSE(failed.forward);
   EXPECT_EQ(failed.outcome, "store_unavailable");
@@ -496,7 +500,7 @@ TEST_F(FenceFilterTest, ShadowModeForwardsAStaleWriteOfTwoKeys) {
 TEST_F(FenceFilterTest, AWriteOfTwoKeysGoesWithTheTurnOnBoth) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   boost::asio::io_context ioc;  // before the store: see FullKeyQueueIs503...
-  testing::FakeStore store;
+  storage::MemoryStore store;
   KeyQueue queue;
   FenceFilter filter(store, queue);
   auto guard = boost::asio::make_work_guard(ioc);
@@ -508,7 +512,7 @@ TEST_F(FenceFilterTest, AWriteOfTwoKeysGoesWithTheTurnOnBoth) {
   two.extra_keys = {"/objects/b"};
   filter.Check(two, ioc.get_executor(), v.Into());
   filter.Check(Classify("PUT", "/objects/a", "6"), ioc.get_executor(), v.Into());
-  store.WaitForAnswers();
+  store.Drain();
   EXPECT_EQ(v.Poll(), 1u) << "went while /objects/b was in flight";
   EXPECT_EQ(Stored(store, "/objects/a"), 6u);  // both decided already
   v.got[0].lease.Release();
@@ -530,7 +534,7 @@ TEST_F(FenceFilterTest, AWriteOfTwoKeysGoesWithTheTurnOnBoth) {
 TEST_F(FenceFilterTest, AnAdminFenceRefusesTheLowerWritesAlreadyQueued) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   boost::asio::io_context ioc;
-  testing::FakeStore store;
+  storage::MemoryStore store;
   KeyQueue queue;
   FenceFilter filter(store, queue);
   auto guard = boost::asio::make_work_guard(ioc);
@@ -544,7 +548,7 @@ TEST_F(FenceFilterTest, AnAdminFenceRefusesTheLowerWritesAlreadyQueued) {
   check("6");
   check("10");
   check("12");
-  store.WaitForAnswers();  // all three accepted by the store, in this order
+  store.Drain();  // all three accepted by the store, in this order
   EXPECT_EQ(Stored(store, "/objects/x"), 12u);
   EXPECT_EQ(v.Poll(), 1u);
 
@@ -584,7 +588,7 @@ TEST_F(FenceFilterTest, AnAdminFenceRefusesTheLowerWritesAlreadyQueued) {
 TEST_F(FenceFilterTest, AnAdminFenceOnEitherKeyRefusesAQueuedWriteOfTwoKeys) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   boost::asio::io_context ioc;
-  testing::FakeStore store;
+  storage::MemoryStore store;
   KeyQueue queue;
   FenceFilter filter(store, queue);
   auto guard = boost::asio::make_work_guard(ioc);
@@ -594,7 +598,7 @@ TEST_F(FenceFilterTest, AnAdminFenceOnEitherKeyRefusesAQueuedWriteOfTwoKeys) {
   WriteIntent two = Classify("PUT", "/objects/a", "6");
   two.extra_keys = {"/objects/b"};
   filter.Check(two, ioc.get_executor(), v.Into());
-  store.WaitForAnswers();
+  store.Drain();
   // b is held by the waiting write itself: its floor is learnt all the same.
   queue.Fence("/objects/b", 8, [&] { store.Raise("/objects/b", 8, [](auto&&...) {}); });
   v.got[0].lease.Release();
@@ -612,7 +616,7 @@ TEST_F(FenceFilterTest, AnAdminFenceOnEitherKeyRefusesAQueuedWriteOfTwoKeys) {
 TEST_F(FenceFilterTest, AKeyNamedTwiceIsFencedOnce) {
   UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce)});
   boost::asio::io_context ioc;
-  testing::FakeStore store;
+  storage::MemoryStore store;
   KeyQueue queue;
   FenceFilter filter(store, queue);
   auto guard = boost::asio::make_work_guard(ioc);

@@ -46,7 +46,9 @@
 
 #include "fence/fence_filter.h"
 #include "fence/key_queue.h"
+#include "storage/memory_store.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/support/gated_store.h"
 
 namespace fencegate::fuzz {
 namespace {
@@ -57,90 +59,43 @@ constexpr int kKeys = 4;
 std::string KeyName(int k) { return "/objects/k" + std::to_string(k); }
 int KeyIndex(const std::string& name) { return name.back() - '0'; }
 
-// A TokenStore whose answers wait until the fuzzer delivers them. Raise
-// (the direct admin raise) decides at once; QueueRaise waits like the rest.
-class HeldStore : public storage::TokenStore {
- public:
-  struct Pending {
-    enum Kind { kAdvance, kAdvanceAll, kRaise } kind;
-    std::vector<storage::KeyToken> items;  // one for kAdvance and kRaise
-    FenceHandler handler;                  // kAdvance and kRaise
-    BatchFenceHandler batch_handler;       // kAdvanceAll
-    bool SharesKey(const Pending& other) const {
-      for (const auto& a : items) {
-        for (const auto& b : other.items) {
-          if (a.key == b.key) return true;
-        }
-      }
-      return false;
-    }
-  };
-  std::vector<Pending> pending;
-  std::map<std::string, uint64_t> stored;
+// The store: the in-memory engine, deciding on the caller's thread, behind
+// a gate that holds every write call until the fuzzer lets it through (or
+// fails it). The direct admin raise goes to the engine at once; the raise
+// through the key's queue waits at the gate like the rest.
+using Gate = testing::GatedStore;
 
-  void Advance(std::string key, uint64_t token, FenceHandler h) override {
-    pending.push_back({Pending::kAdvance, {{std::move(key), token}}, std::move(h), {}});
+bool SharesKey(const Gate::Held& a, const Gate::Held& b) {
+  for (const auto& x : a.items) {
+    for (const auto& y : b.items) {
+      if (x.key == y.key) return true;
+    }
   }
-  void AdvanceAll(std::vector<storage::KeyToken> items, BatchFenceHandler h) override {
-    FUZZ_CHECK(storage::CheckBatchItems(items, 1024).ok());
-    pending.push_back({Pending::kAdvanceAll, std::move(items), {}, std::move(h)});
-  }
-  void Raise(std::string key, uint64_t token, FenceHandler h) override {
-    uint64_t& cur = stored[key];
-    cur = std::max(cur, token);
-    h({}, storage::Fence{true, cur});
-  }
-  void QueueRaise(std::string key, uint64_t token, FenceHandler h) {
-    pending.push_back({Pending::kRaise, {{std::move(key), token}}, std::move(h), {}});
-  }
-  void Get(std::string key, GetHandler h) override {
-    auto it = stored.find(key);
-    h({}, it == stored.end() ? std::nullopt : std::optional<uint64_t>(it->second));
-  }
-  storage::Status Health() const override { return {}; }
-  storage::Status Close() override { return {}; }
+  return false;
+}
 
-  uint64_t Current(const std::string& key) const {
-    auto it = stored.find(key);
-    return it == stored.end() ? 0 : it->second;
+// The held call a store that decides in call order may answer in place of
+// held[i]: the oldest before it that shares a key with it, followed back
+// until none does.
+size_t Decidable(const std::vector<Gate::Held>& held, size_t i) {
+  for (size_t j = 0; j < i; ++j) {
+    if (SharesKey(held[j], held[i])) return Decidable(held, j);
   }
-  // The pending call a store that decides in call order may answer in
-  // place of pending[i]: the oldest before it that shares a key with it,
-  // followed back until none does.
-  size_t Decidable(size_t i) const {
-    for (size_t j = 0; j < i; ++j) {
-      if (pending[j].SharesKey(pending[i])) return Decidable(j);
-    }
-    return i;
-  }
-  // Decides and delivers pending[i].
-  void Answer(size_t i, bool fail) {
-    Pending p = std::move(pending[i]);
-    pending.erase(pending.begin() + static_cast<ptrdiff_t>(i));
-    if (p.kind == Pending::kAdvanceAll) {
-      if (fail) return p.batch_handler(storage::Status::IoError("fuzz"), {});
-      storage::BatchFence f;
-      for (size_t j = 0; j < p.items.size(); ++j) {
-        f.current.push_back(Current(p.items[j].key));
-        if (p.items[j].token < f.current[j] && f.stale == SIZE_MAX) f.stale = j;
-      }
-      f.accepted = f.stale == SIZE_MAX;
-      for (size_t j = 0; f.accepted && j < p.items.size(); ++j) {
-        uint64_t& cur = stored[p.items[j].key];
-        cur = std::max(cur, p.items[j].token);
-        f.current[j] = cur;
-      }
-      return p.batch_handler({}, std::move(f));
-    }
-    if (fail) return p.handler(storage::Status::IoError("fuzz"), {});
-    uint64_t& cur = stored[p.items[0].key];
-    storage::Fence f;
-    f.accepted = p.kind == Pending::kRaise || p.items[0].token >= cur;
-    if (f.accepted) cur = std::max(cur, p.items[0].token);
-    f.current = cur;
-    p.handler({}, f);
-  }
-};
+  return i;
+}
+
+// The engine's stored value of key, 0 when absent (it answers on this thread).
+uint64_t Current(storage::TokenStore& engine, const std::string& key) {
+  std::optional<uint64_t> value;
+  bool answered = false;
+  engine.Get(key, [&](const storage::Status& s, std::optional<uint64_t> v) {
+    FUZZ_CHECK(s.ok());
+    value = v;
+    answered = true;
+  });
+  FUZZ_CHECK(answered);
+  return value.value_or(0);
+}
 
 struct Write {
   std::vector<int> keys;  // the first is WriteIntent::key
@@ -173,14 +128,16 @@ struct Model {
   std::map<size_t, bool> failed;       // write -> its store answer failed (once answered)
   std::map<size_t, Expected> expect;   // write -> what the store decided
   std::vector<AdminFence> fences;
-  HeldStore* store = nullptr;
+  storage::TokenStore* engine = nullptr;
+  Gate* store = nullptr;
 
   // The store answers what the call order lets it answer in place of
-  // pending[idx]: note what the model expects for the write it belongs to.
+  // held[idx]: note what the model expects for the write it belongs to.
   void Answer(size_t idx, bool fail) {
-    idx = store->Decidable(idx);
-    const HeldStore::Pending& p = store->pending[idx];
-    if (p.kind == HeldStore::Pending::kRaise) return store->Answer(idx, fail);
+    const std::vector<Gate::Held> held = store->held();
+    idx = Decidable(held, idx);
+    const Gate::Held& p = held[idx];
+    if (p.kind == Gate::Kind::kRaise) return Deliver(idx, fail);
     const int first = KeyIndex(p.items[0].key);
     FUZZ_CHECK(!in_store[first].empty());
     const size_t id = in_store[first].front();
@@ -193,14 +150,22 @@ struct Model {
       FUZZ_CHECK(!in_store[key].empty() && in_store[key].front() == id);  // arrival order
       in_store[key].pop_front();
       FUZZ_CHECK(writes[id].token == p.items[j].token);
-      const uint64_t cur = store->Current(p.items[j].key);
+      const uint64_t cur = Current(*engine, p.items[j].key);
       if (e.accepted && writes[id].token < cur) {
         e = Expected{false, cur, key};
       }
     }
     failed[id] = fail;
     expect[id] = e;
-    store->Answer(idx, fail);
+    Deliver(idx, fail);
+  }
+
+  void Deliver(size_t idx, bool fail) {
+    if (fail) {
+      store->Fail(idx);
+    } else {
+      store->Let(idx);
+    }
   }
 
   // The write that holds, or will be next to hold, the key's turn: the
@@ -290,11 +255,15 @@ void OnVerdict(Model& m, size_t id, size_t waiting_before, proxy::FenceVerdict v
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fencegate::fuzz;
   namespace proxy = fencegate::proxy;
+  namespace storage = fencegate::storage;
   boost::asio::io_context ioc;
-  HeldStore store;
+  storage::MemoryStore engine(storage::MemoryStoreOptions{.answer_on_caller = true});
+  Gate store(engine);
+  store.Hold();
   proxy::KeyQueue queue(kMaxWaiting);
   proxy::FenceFilter filter(store, queue);
   Model m;
+  m.engine = &engine;
   m.store = &store;
 
   auto poll = [&] {
@@ -322,37 +291,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         intent.token = w.token;
         intent.shadow = w.shadow;
         size_t waiting_before = queue.waiting();
-        size_t pending_before = store.pending.size();
+        size_t pending_before = store.held_count();
         filter.Check(intent, ioc.get_executor(), [&m, id, waiting_before](proxy::FenceVerdict v) {
           OnVerdict(m, id, waiting_before, std::move(v));
         });
         // The Advance is made inside Check, unless a key's queue was full.
-        if (store.pending.size() == pending_before + 1) {
-          const HeldStore::Pending& p = store.pending.back();
+        if (store.held_count() == pending_before + 1) {
+          const Gate::Held p = store.held().back();
           FUZZ_CHECK(p.items.size() == w.keys.size());
-          FUZZ_CHECK(p.kind == (w.keys.size() == 1 ? HeldStore::Pending::kAdvance
-                                                   : HeldStore::Pending::kAdvanceAll));
+          FUZZ_CHECK(p.kind == (w.keys.size() == 1 ? Gate::Kind::kAdvance
+                                                   : Gate::Kind::kAdvanceAll));
+          FUZZ_CHECK(storage::CheckBatchItems(p.items, storage::MemoryStore::kMaxKeyBytes).ok());
           for (int k : w.keys) m.in_store[k].push_back(id);
           m.writes[id].placed = true;
         } else {
-          FUZZ_CHECK(store.pending.size() == pending_before);
+          FUZZ_CHECK(store.held_count() == pending_before);
         }
         break;
       }
       case 1:  // a store answer, any pending one, ok or failed
-        if (!store.pending.empty()) m.Answer(arg % store.pending.size(), (arg & 0x80) != 0);
+        if (store.held_count() > 0) m.Answer(arg % store.held_count(), (arg & 0x80) != 0);
         break;
       case 2: {  // the admin fence
         const int key = arg % kKeys;
         const uint64_t token = (arg >> 2) % 8;
         if ((arg & 0x80) == 0) {  // straight to the store
-          store.Raise(KeyName(key), token, [](const auto&, auto) {});
+          engine.Raise(KeyName(key), token, [](const auto&, auto) {});
           break;
         }
         // As the admin listener does it: through the key's queue.
         m.fences.push_back(AdminFence{key, token, m.writes.size(), m.TurnOf(key)});
         queue.Fence(KeyName(key), token,
-                    [&] { store.QueueRaise(KeyName(key), token, [](const auto&, auto) {}); });
+                    [&] { store.Raise(KeyName(key), token, [](const auto&, auto) {}); });
         break;
       }
       case 3:  // an upstream exchange ends
@@ -369,7 +339,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     poll();
     if (!m.held.empty()) {
       release(0);
-    } else if (!store.pending.empty()) {
+    } else if (store.held_count() > 0) {
       m.Answer(0, false);
     } else {
       break;

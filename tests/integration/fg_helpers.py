@@ -1,5 +1,11 @@
-"""Helpers for the integration tests: a raw HTTP/1.1 client, a tiny YAML
-writer, and process handles for the recording backend and fencegate.
+"""Helpers for the integration tests: a raw HTTP/1.1 client, the default
+config, and process handles for the recording backend and fencegate.
+
+Starting and stopping processes (fencegate, and read_first_line,
+stop_process, write_config, free_port, TempDir) lives in
+tests/support/fencegate_proc.py, shared with the chaos run, the demo and the
+bench; this module adds what only the tests use, and its names of those
+helpers are the shared ones.
 
 The client writes bytes to a socket itself so that tests can send what
 http.client refuses or rewrites: NUL bytes and odd characters in the request
@@ -8,7 +14,6 @@ target, duplicate headers, header values with surrounding spaces.
 
 import json
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -18,8 +23,13 @@ import time
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+
+import fencegate_proc  # noqa: E402
+from fencegate_proc import (START_TIMEOUT, TempDir, free_port, parse_addr,  # noqa: E402,F401
+                            read_first_line, stop_process, write_config)
+
 ADMIN_TOKEN = "integration-admin-secret"
-START_TIMEOUT = float(os.environ.get("FENCEGATE_TEST_START_TIMEOUT", "30"))
 IO_TIMEOUT = float(os.environ.get("FENCEGATE_TEST_IO_TIMEOUT", "20"))
 
 
@@ -217,42 +227,9 @@ def raw_exchange(addr, data, timeout=IO_TIMEOUT):
         return c.read_response()
 
 
-def parse_addr(text):
-    host, _, port = text.rpartition(":")
-    return (host.strip("[]"), int(port))
-
-
 # --------------------------------------------------------------------------
-# YAML writing (block style; strings JSON-quoted, which YAML accepts)
+# Configs (written with fencegate_proc.write_config)
 # --------------------------------------------------------------------------
-
-def _scalar(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_scalar(x) for x in v) + "]"
-    return json.dumps(str(v))
-
-
-def to_yaml(obj, indent=0):
-    pad = "  " * indent
-    lines = []
-    for k, v in obj.items():
-        if isinstance(v, dict):
-            lines.append(f"{pad}{k}:")
-            lines.extend(to_yaml(v, indent + 1))
-        elif isinstance(v, list) and v and isinstance(v[0], dict):
-            lines.append(f"{pad}{k}:")
-            for item in v:
-                sub = to_yaml(item, indent + 2)
-                sub[0] = f"{pad}  - " + sub[0].lstrip()
-                lines.extend(sub)
-        else:
-            lines.append(f"{pad}{k}: {_scalar(v)}")
-    return lines
-
 
 def default_config(backend_port, data_dir, **overrides):
     cfg = {
@@ -273,65 +250,9 @@ def default_config(backend_port, data_dir, **overrides):
     return cfg
 
 
-def write_config(path, cfg):
-    with open(path, "w") as f:
-        f.write("\n".join(to_yaml(cfg)) + "\n")
-    return str(path)
-
-
 # --------------------------------------------------------------------------
 # Processes
 # --------------------------------------------------------------------------
-
-def read_first_line(proc, timeout, what):
-    """Reads the first stdout line of `proc` (binary pipe) with a deadline,
-    waking on the pipe becoming readable, never on a timer."""
-    deadline = time.monotonic() + timeout
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    buf = b""
-    fd = proc.stdout.fileno()
-    try:
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"{what}: no stdout line within {timeout}s (got {buf!r})")
-            if not sel.select(left):
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                proc.wait(timeout=5)
-                raise AssertionError(f"{what} exited with {proc.returncode} before printing "
-                                     f"its first line (got {buf!r})")
-            buf += chunk
-    finally:
-        sel.close()
-    line, _, rest = buf.partition(b"\n")
-    return line.decode(), rest
-
-
-def _drain(stream, sink):
-    """Keeps reading a pipe so the child never blocks on a full pipe."""
-    try:
-        for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
-            sink.append(chunk)
-    except OSError:
-        pass
-
-
-def stop_process(proc, sig=signal.SIGTERM, timeout=20):
-    """Signals a process we started (by its PID) and waits for it; kills it
-    if it outlives the deadline. Returns the exit code."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(f"pid {proc.pid} did not exit within {timeout}s of signal {sig}")
-    return proc.returncode
-
 
 class Backend:
     """The recording backend, run as a child process. `args` are extra
@@ -383,95 +304,9 @@ class Backend:
         return rc
 
 
-class Fencegate:
-    """A fencegate process. start() reads the first stdout line, which must
-    be {"event":"listening","proxy":"H:P","admin":"H:P"}."""
-
-    def __init__(self, binary, config_path, log_dir, extra_args=(), name="fencegate"):
-        self.binary = binary
-        self.config_path = config_path
-        self.log_dir = log_dir
-        self.extra_args = list(extra_args)
-        self.name = name
-        self.proc = None
-        self.starts = 0
-        self.listening = None
-        self.proxy = None
-        self.admin = None
-
-    @property
-    def stderr_path(self):
-        return os.path.join(self.log_dir, f"{self.name}.{self.starts}.stderr")
-
-    def start(self):
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        self.starts += 1
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(
-            [self.binary, "--config", self.config_path, *self.extra_args],
-            stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL)
-        try:
-            line, rest = read_first_line(self.proc, START_TIMEOUT, "fencegate")
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n--- fencegate stderr ---\n{self.stderr_tail()}") from None
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            raise AssertionError(f"fencegate's first stdout line is not JSON: {line!r}") from None
-        assert isinstance(ev, dict) and ev.get("event") == "listening", \
-            f"first stdout line is not a listening event: {line!r}"
-        assert "proxy" in ev, f"listening event without proxy address: {line!r}"
-        self.listening = ev
-        self.proxy = parse_addr(ev["proxy"])
-        self.admin = parse_addr(ev["admin"]) if ev.get("admin") else None
-        self.stdout_rest = [rest]
-        threading.Thread(target=_drain, args=(self.proc.stdout, self.stdout_rest),
-                         daemon=True).start()
-        return self
-
-    def stop(self, sig=signal.SIGTERM, timeout=20):
-        if self.proc is None:
-            return None
-        rc = stop_process(self.proc, sig, timeout)
-        self._stderr.close()
-        return rc
-
-    def restart(self):
-        """SIGTERM, require exit code 0, start again on the same config and
-        data directory (the ports are new: the config asks for port 0)."""
-        rc = self.stop()
-        assert rc == 0, f"fencegate exited with {rc} on SIGTERM, want 0\n{self.stderr_tail()}"
-        return self.start()
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stderr_tail(self, n=60):
-        try:
-            with open(self.stderr_path, "rb") as f:
-                lines = f.read().decode("utf-8", "replace").splitlines()
-            return "\n".join(lines[-n:])
-        except OSError:
-            return "(no stderr)"
-
-    SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-                         "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer")
-
-    def sanitizer_reports(self):
-        """Lines of any ASan/UBSan/TSan report in the stderr of every start."""
-        found = []
-        for n in range(1, self.starts + 1):
-            path = os.path.join(self.log_dir, f"{self.name}.{n}.stderr")
-            try:
-                with open(path, "rb") as f:
-                    text = f.read().decode("utf-8", "replace")
-            except OSError:
-                continue
-            found += [line for line in text.splitlines()
-                      if any(m in line for m in self.SANITIZER_MARKERS)]
-        return found
-
-    # --- convenience ---------------------------------------------------------
+class Fencegate(fencegate_proc.Fencegate):
+    """A fencegate process (fencegate_proc.Fencegate), with the requests
+    the tests make of it."""
 
     def put(self, target, token=None, body=b"data", headers=(), method="PUT"):
         h = list(headers)
@@ -670,10 +505,8 @@ class ZooKeeperServer:
         cmd = zookeeper_java_command()
         for attempt in range(1, self.attempts + 1):
             # ZooKeeper cannot listen on port 0: take a free port from the
-            # kernel, release it, and start again if someone got it meanwhile.
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
+            # kernel, and start again if someone got it meanwhile.
+            port = free_port()
             if self._start_on(cmd, port, attempt):
                 return self
         raise AssertionError(f"ZooKeeper: every one of {self.attempts} free ports was taken "
@@ -893,10 +726,3 @@ http {{
         if self.proc is not None:
             stop_process(self.proc, signal.SIGQUIT)
 
-
-def free_port():
-    """A port the kernel just handed out on loopback (for servers that
-    cannot listen on port 0 themselves)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

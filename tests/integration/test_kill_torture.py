@@ -35,15 +35,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from fg_helpers import (ConnectionClosed, Fencegate, RawConnection, admin_key_path,  # noqa: E402
-                        default_config, read_first_line, write_config)
+from fg_helpers import (ConnectionClosed, Fencegate, RawConnection, TempDir,  # noqa: E402
+                        admin_key_path, default_config, read_first_line, write_config)
 from torture_writer import key_path  # noqa: E402
 
 # async gets more kills: its crash window, a record half-copied into the page
@@ -372,10 +371,10 @@ def main():
     modes = ["sync", "async"] if args.durability == "both" else [args.durability]
     failed = False
     for mode in modes:
-        work = tempfile.mkdtemp(prefix=f"fencegate-torture-{mode}-", dir=args.workdir)
+        work = TempDir(f"fencegate-torture-{mode}-", parent=args.workdir)
         print(f"kill torture ({mode}): seed {seed}, {args.kills} kills, run directory {work}",
               flush=True)
-        res = torture(args.fencegate, work, mode, args.kills, seed, keys=args.keys,
+        res = torture(args.fencegate, work.path, mode, args.kills, seed, keys=args.keys,
                       writers=args.writers, connections=args.connections,
                       max_delay=args.max_delay)
         print(summary(res), flush=True)
@@ -385,7 +384,7 @@ def main():
         if bad or args.keep:
             print(f"run directory kept: {work}", flush=True)
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            work.remove()
         failed |= bool(bad)
     return 1 if failed else 0
 

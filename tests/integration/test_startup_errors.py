@@ -4,13 +4,11 @@ listening, with a message that says which and what to do, and never starts
 an empty store over a damaged one."""
 
 import os
-import shutil
 import subprocess
-import tempfile
 
 import pytest
 
-from fg_helpers import START_TIMEOUT, default_config, write_config
+from fg_helpers import START_TIMEOUT, TempDir, default_config, write_config
 
 
 def run_to_exit(binary, config_path, **kw):
@@ -124,25 +122,25 @@ def test_unreadable_data_dir(fencegate_bin, backend):
     root = os.geteuid() == 0
     if not root and os.geteuid() == 65534:
         pytest.skip("runs as nobody already; cannot demonstrate an unreadable dir")
-    top = tempfile.mkdtemp(prefix="fencegate-unreadable-")
-    try:
-        os.chmod(top, 0o755)
+    with TempDir("fencegate-unreadable-", mode=0o755) as tmp:
+        top = tmp.path
         data = os.path.join(top, "data")
         os.mkdir(data)
-        os.chmod(data, 0o000)
-        cfg = write_config(os.path.join(top, "fencegate.yaml"), default_config(backend.port, data))
-        os.chmod(cfg, 0o644)
-        extra = {"preexec_fn": _drop_to_nobody} if root else {}
-        if root:
-            probe = subprocess.run([fencegate_bin, "--version"], capture_output=True, **extra)
-            if probe.returncode != 0:
-                pytest.skip(f"user nobody cannot run {fencegate_bin} "
-                            f"(a parent dir is not world-executable): {probe.stderr[:200]!r}")
-        p = run_to_exit(fencegate_bin, cfg, **extra)
-        assert p.returncode != 0
-        assert "Permission denied" in p.stderr, p.stderr
-        assert "readable and writable by the user fencegate runs as" in p.stderr, p.stderr
-        assert os.listdir(data) == [], "fencegate wrote into the unreadable dir"
-    finally:
-        os.chmod(os.path.join(top, "data"), 0o755)
-        shutil.rmtree(top)
+        try:
+            os.chmod(data, 0o000)
+            cfg = write_config(os.path.join(top, "fencegate.yaml"),
+                               default_config(backend.port, data))
+            os.chmod(cfg, 0o644)
+            extra = {"preexec_fn": _drop_to_nobody} if root else {}
+            if root:
+                probe = subprocess.run([fencegate_bin, "--version"], capture_output=True, **extra)
+                if probe.returncode != 0:
+                    pytest.skip(f"user nobody cannot run {fencegate_bin} "
+                                f"(a parent dir is not world-executable): {probe.stderr[:200]!r}")
+            p = run_to_exit(fencegate_bin, cfg, **extra)
+            assert p.returncode != 0
+            assert "Permission denied" in p.stderr, p.stderr
+            assert "readable and writable by the user fencegate runs as" in p.stderr, p.stderr
+            assert os.listdir(data) == [], "fencegate wrote into the unreadable dir"
+        finally:
+            os.chmod(data, 0o755)

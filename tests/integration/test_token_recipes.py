@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from fg_helpers import (HERE, ZkLock, ZooKeeperServer, assert_json_error, read_first_line,
-                        tokens_seen)
+from fg_helpers import (HERE, ZkLock, ZooKeeperServer, assert_json_error, free_port,
+                        read_first_line, tokens_seen)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 spec = importlib.util.spec_from_file_location(
@@ -136,7 +136,7 @@ def redis_port(tmp_path):
     server = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(server):
         pytest.fail("redis-server is not installed: bash docker/install-deps.sh installs it")
-    port = demo.free_port()
+    port = free_port()
     log = open(tmp_path / "redis.log", "wb")
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--dir", str(tmp_path)],

@@ -12,7 +12,8 @@
 #include <memory>
 #include <optional>
 
-#include "fake_store.h"
+#include "storage/fault_injecting_store.h"
+#include "storage/memory_store.h"
 
 namespace fencegate::locks {
 namespace {
@@ -72,7 +73,8 @@ class LockServiceTest : public ::testing::Test {
   }
 
   boost::asio::io_context ioc_;  // declared first: outlives the service
-  testing::FakeStore store_;
+  // The in-memory engine, behind faults a test may turn on.
+  storage::FaultInjectingStore store_{std::make_unique<storage::MemoryStore>()};
   FakeClock clock_;
   std::unique_ptr<LockService> service_;
 };
@@ -249,12 +251,12 @@ TEST_F(LockServiceTest, AdminRaisedCounterIsRespected) {
 }
 
 TEST_F(LockServiceTest, StoreFailureRefusesTheGrantAndLeavesTheLockFree) {
-  store_.fail = true;
+  store_.SetFaults({.fail_writes = true});
   LockResult a = AcquireNow("orders", 10s);
   EXPECT_EQ(a.error, LockError::kStore);
   EXPECT_FALSE(a.status.ok());
   EXPECT_EQ(service_->held_count(), 0u);
-  store_.fail = false;
+  store_.SetFaults({});
   LockResult b = AcquireNow("orders", 10s);
   ASSERT_EQ(b.error, LockError::kNone);
   EXPECT_EQ(b.token, 1u);

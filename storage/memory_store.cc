@@ -1,0 +1,197 @@
+#include "storage/memory_store.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+namespace fencegate::storage {
+namespace {
+
+Status Closed() { return Status::Unavailable("token store is closed"); }
+
+Status KeyTooLong(size_t bytes) {
+  return Status::InvalidArgument("key is " + std::to_string(bytes) + " bytes, the limit is " +
+                                 std::to_string(MemoryStore::kMaxKeyBytes));
+}
+
+}  // namespace
+
+MemoryStore::MemoryStore(MemoryStoreOptions options)
+    : answer_on_caller_(options.answer_on_caller) {
+  if (!answer_on_caller_) {
+    thread_ = std::thread([this] { Loop(); });
+    thread_id_ = thread_.get_id();
+  }
+}
+
+MemoryStore::~MemoryStore() {
+  Status s = MemoryStore::Close();  // qualified: no virtual dispatch in a destructor
+  (void)s;                          // always ok from here
+}
+
+template <class Task>
+void MemoryStore::Run(Task task) {
+  bool closed = false;
+  if (answer_on_caller_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed = closing_;
+    }
+    task(closed);  // decided and answered before the call returns
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed = closing_;
+    if (!closed) {
+      queue_.emplace_back(std::move(task));
+      ++queued_;
+    }
+  }
+  if (closed) return task(true);
+  work_cv_.notify_one();
+}
+
+void MemoryStore::Advance(std::string key, uint64_t token, FenceHandler handler) {
+  if (key.size() > kMaxKeyBytes) return handler(KeyTooLong(key.size()), Fence{});
+  Run([this, key = std::move(key), token, handler = std::move(handler)](bool closed) mutable {
+    if (closed) return handler(Closed(), Fence{});
+    DoAdvance(std::move(key), token, handler);
+  });
+}
+
+void MemoryStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) {
+  if (Status s = CheckBatchItems(items, kMaxKeyBytes); !s.ok()) return handler(s, BatchFence{});
+  Run([this, items = std::move(items), handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), BatchFence{});
+    DoAdvanceAll(items, handler);
+  });
+}
+
+void MemoryStore::Raise(std::string key, uint64_t token, FenceHandler handler) {
+  if (key.size() > kMaxKeyBytes) return handler(KeyTooLong(key.size()), Fence{});
+  Run([this, key = std::move(key), token, handler = std::move(handler)](bool closed) mutable {
+    if (closed) return handler(Closed(), Fence{});
+    DoRaise(std::move(key), token, handler);
+  });
+}
+
+void MemoryStore::Get(std::string key, GetHandler handler) {
+  if (key.size() > kMaxKeyBytes) return handler(KeyTooLong(key.size()), std::nullopt);
+  Run([this, key = std::move(key), handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), std::nullopt);
+    DoGet(key, handler);
+  });
+}
+
+Status MemoryStore::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closing_ ? Closed() : Status::Ok();
+}
+
+Status MemoryStore::Close() {
+  if (std::this_thread::get_id() == thread_id_) {
+    return Status::InvalidArgument(
+        "Close() called from a token store handler; call it from another thread");
+  }
+  std::lock_guard<std::mutex> close_lock(close_mu_);
+  if (closed_) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();  // answers everything queued first
+  closed_ = true;
+  return Status::Ok();
+}
+
+void MemoryStore::Drain() {
+  if (answer_on_caller_ || std::this_thread::get_id() == thread_id_) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = queued_;
+  drained_cv_.wait(lock, [&] { return answered_ >= target; });
+}
+
+void MemoryStore::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // closing, and every call answered
+    std::function<void(bool)> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    task(false);
+    task = nullptr;  // the handler is gone too before Drain() returns
+    lock.lock();
+    ++answered_;
+    drained_cv_.notify_all();
+  }
+}
+
+void MemoryStore::DoAdvance(std::string key, uint64_t token, const FenceHandler& handler) {
+  Fence f;
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) {
+      map_.emplace(std::move(key), token);
+      f = Fence{true, token};
+    } else if (token < it->second) {
+      f = Fence{false, it->second};  // refused: nothing stored
+    } else {
+      it->second = token;
+      f = Fence{true, token};
+    }
+  }
+  handler(Status::Ok(), f);
+}
+
+void MemoryStore::DoAdvanceAll(const std::vector<KeyToken>& items,
+                               const BatchFenceHandler& handler) {
+  BatchFence f;
+  f.current.resize(items.size());
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto it = map_.find(items[i].key);
+      f.current[i] = it == map_.end() ? 0 : it->second;
+      if (it != map_.end() && items[i].token < it->second && f.stale == SIZE_MAX) f.stale = i;
+    }
+    f.accepted = f.stale == SIZE_MAX;
+    if (f.accepted) {  // every item or none
+      for (size_t i = 0; i < items.size(); ++i) {
+        auto [it, inserted] = map_.try_emplace(items[i].key, items[i].token);
+        if (!inserted) it->second = std::max(it->second, items[i].token);
+        f.current[i] = it->second;
+      }
+    }
+  }
+  handler(Status::Ok(), std::move(f));
+}
+
+void MemoryStore::DoRaise(std::string key, uint64_t token, const FenceHandler& handler) {
+  Fence f{true, token};
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) {
+      map_.emplace(std::move(key), token);
+    } else {
+      it->second = std::max(it->second, token);
+      f.current = it->second;
+    }
+  }
+  handler(Status::Ok(), f);
+}
+
+void MemoryStore::DoGet(const std::string& key, const GetHandler& handler) {
+  std::optional<uint64_t> value;
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    if (auto it = map_.find(key); it != map_.end()) value = it->second;
+  }
+  handler(Status::Ok(), value);
+}
+
+}  // namespace fencegate::storage

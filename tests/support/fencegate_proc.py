@@ -1,0 +1,401 @@
+"""Starts and stops fencegate, and the processes around it, for every Python
+harness of the tree: the integration tests (tests/integration), the chaos
+run (chaos/run), the GC-pause demo (locks/demo) and the load bench
+(bench/load). Each adds this folder to sys.path and imports it.
+
+- Fencegate: one fencegate process. start() runs the binary on a config
+  file and waits for its first stdout line, the `listening` event, which
+  names the ports it took (the configs ask for port 0); stderr goes to a
+  file in the log directory; stop() signals it by its PID and waits.
+- Processes: every process a harness starts, stopped by PID at the end.
+- write_config: a config dict as YAML.
+- free_port(s) and TempDir, for what cannot listen on port 0 itself and
+  for the directories a run works in.
+
+Waits are on a pipe becoming readable or a process exiting, each with a
+deadline, never on a timer. Errors raise ProcessError (an AssertionError,
+so that a pytest failure shows its message).
+"""
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+START_TIMEOUT = float(os.environ.get("FENCEGATE_TEST_START_TIMEOUT", "30"))
+STOP_TIMEOUT = 20.0
+
+
+class ProcessError(AssertionError):
+    """A process we started did not start, or outlived its stop deadline."""
+
+
+# --------------------------------------------------------------------------
+# Ports and directories
+# --------------------------------------------------------------------------
+
+def free_ports(n):
+    """n distinct ports the kernel just handed out on loopback, for servers
+    that cannot listen on port 0 themselves (all held open until every one
+    is chosen). Another process may take one before the server binds it:
+    such a server must be started again on new ports when that happens."""
+    held = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+def free_port():
+    """One port, as free_ports."""
+    return free_ports(1)[0]
+
+
+class TempDir:
+    """A fresh directory from mkdtemp: under `parent` (made if missing) or
+    the system's temporary directory, with `mode` if given (mkdtemp makes
+    it 0700). remove() deletes it with everything in it; as a context
+    manager it is removed at the end unless `keep` was set."""
+
+    def __init__(self, prefix="fencegate-", parent=None, mode=None):
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self.path = tempfile.mkdtemp(prefix=prefix, dir=parent)
+        if mode is not None:
+            os.chmod(self.path, mode)
+        self.keep = False
+
+    def remove(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def __fspath__(self):
+        return self.path
+
+    def __str__(self):
+        return self.path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self.keep:
+            self.remove()
+
+
+# --------------------------------------------------------------------------
+# Configs (YAML in block style; strings JSON-quoted, which YAML accepts)
+# --------------------------------------------------------------------------
+
+def _scalar(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    return json.dumps(str(v))
+
+
+def to_yaml(obj, indent=0):
+    """The lines of a dict as YAML: nested dicts as blocks, lists of dicts
+    as block sequences, other lists inline."""
+    pad = "  " * indent
+    lines = []
+    for k, v in obj.items():
+        if isinstance(v, dict):
+            lines.append(f"{pad}{k}:")
+            lines.extend(to_yaml(v, indent + 1))
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            lines.append(f"{pad}{k}:")
+            for item in v:
+                sub = to_yaml(item, indent + 2)
+                sub[0] = f"{pad}  - " + sub[0].lstrip()
+                lines.extend(sub)
+        else:
+            lines.append(f"{pad}{k}: {_scalar(v)}")
+    return lines
+
+
+def write_config(path, cfg):
+    """Writes the config dict `cfg` to `path` as YAML; returns the path."""
+    with open(path, "w") as f:
+        f.write("\n".join(to_yaml(cfg)) + "\n")
+    return str(path)
+
+
+# --------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------
+
+def read_first_line(proc, timeout, what):
+    """Reads the first stdout line of `proc` (a binary pipe) with a
+    deadline, waking on the pipe becoming readable. Returns (line, the bytes
+    read after it)."""
+    deadline = time.monotonic() + timeout
+    buf = b""
+    fd = proc.stdout.fileno()
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProcessError(f"{what}: no stdout line within {timeout}s (got {buf!r})")
+            if not sel.select(left):
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+                raise ProcessError(f"{what} exited with {proc.returncode} before printing "
+                                   f"its first line (got {buf!r})")
+            buf += chunk
+    line, _, rest = buf.partition(b"\n")
+    return line.decode(), rest
+
+
+def drain(stream, sink):
+    """Reads a pipe to its end into the list `sink`, so that the child never
+    blocks on a full pipe (a thread's target)."""
+    try:
+        for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
+            sink.append(chunk)
+    except (OSError, ValueError):  # closed under us at the end
+        pass
+
+
+def stop_process(proc, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
+    """Signals a process we started (by its PID, SIGCONT too in case it is
+    stopped) and waits for it. Returns its exit code; if it outlives the
+    deadline, kills it and raises ProcessError."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+            if sig not in (signal.SIGKILL, signal.SIGCONT):
+                proc.send_signal(signal.SIGCONT)  # a stopped process takes no SIGTERM
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise ProcessError(f"pid {proc.pid} did not exit within {timeout}s of "
+                               f"signal {signal.Signals(sig).name}; killed") from None
+    return proc.returncode
+
+
+def _close_pipes(proc):
+    for stream in (proc.stdin, proc.stdout):
+        if stream:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+class Processes:
+    """Every process a harness starts; stop_all() ends them by PID, the
+    newest first."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, argv, **kw):
+        p = subprocess.Popen(argv, **kw)
+        self.procs.append(p)
+        return p
+
+    def forget(self, p):
+        if p in self.procs:
+            self.procs.remove(p)
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
+        """stop_process, then closes its pipes and forgets it."""
+        try:
+            return stop_process(p, sig, timeout)
+        finally:
+            _close_pipes(p)
+            self.forget(p)
+
+    def stop_all(self, timeout=STOP_TIMEOUT):
+        """Stops every process still known; returns the ProcessError
+        messages of those that had to be killed."""
+        errors = []
+        for p in reversed(list(self.procs)):
+            try:
+                self.stop(p, timeout=timeout)
+            except ProcessError as e:
+                errors.append(str(e))
+        return errors
+
+
+def parse_addr(text):
+    """("host", port) of "host:port" or "[v6]:port"."""
+    host, _, port = text.rpartition(":")
+    return (host.strip("[]"), int(port))
+
+
+class Fencegate:
+    """A fencegate process on `config_path`. start() waits for the first
+    stdout line, which must be {"event":"listening","proxy":"H:P",...}, and
+    sets `listening` (that event), `proxy`, `admin` and `locks` (("host",
+    port), None for a listener that is off). Stderr goes to log_dir:
+    `{name}.{n}.stderr` for the n-th start, or one file `stderr_name` for
+    every start (appended).
+
+    wrapper: argv run in front of the binary (valgrind); start_timeout
+    bounds the wait for the listening line; procs: a Processes that then
+    knows the process too (its stop_all stops it)."""
+
+    SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                         "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer")
+
+    def __init__(self, binary, config_path, log_dir, extra_args=(), name="fencegate",
+                 stderr_name=None, wrapper=(), start_timeout=START_TIMEOUT, procs=None):
+        self.binary = binary
+        self.config_path = str(config_path)
+        self.log_dir = str(log_dir)
+        self.extra_args = list(extra_args)
+        self.name = name
+        self.stderr_name = stderr_name
+        self.wrapper = list(wrapper)
+        self.start_timeout = start_timeout
+        self.procs = procs
+        self.proc = None
+        self.starts = 0
+        self.listening = None
+        self.proxy = self.admin = self.locks = None
+        self._stderr = None
+        self._drainer = None
+        self.stdout_rest = []
+
+    def _stderr_path(self, n):
+        if self.stderr_name:
+            return os.path.join(self.log_dir, self.stderr_name)
+        return os.path.join(self.log_dir, f"{self.name}.{n}.stderr")
+
+    @property
+    def stderr_path(self):
+        """The stderr file of the latest start."""
+        return self._stderr_path(self.starts)
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def start(self):
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self.starts += 1
+        self._stderr = open(self.stderr_path, "ab")
+        argv = [*self.wrapper, self.binary, "--config", self.config_path, *self.extra_args]
+        popen = self.procs.start if self.procs else subprocess.Popen
+        self.proc = popen(argv, stdout=subprocess.PIPE, stderr=self._stderr,
+                          stdin=subprocess.DEVNULL)
+        try:
+            line, rest = read_first_line(self.proc, self.start_timeout, self.name)
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                raise ProcessError(f"{self.name}'s first stdout line is not JSON: "
+                                   f"{line!r}") from None
+            if not (isinstance(ev, dict) and ev.get("event") == "listening" and "proxy" in ev):
+                raise ProcessError(f"{self.name}'s first stdout line is not a listening event "
+                                   f"with a proxy address: {line!r}")
+        except ProcessError as e:
+            self._discard()
+            raise ProcessError(f"{e}\n--- {self.name} stderr ---\n{self.stderr_tail()}") from None
+        self.listening = ev
+        self.proxy = parse_addr(ev["proxy"])
+        self.admin = parse_addr(ev["admin"]) if ev.get("admin") else None
+        self.locks = parse_addr(ev["locks"]) if ev.get("locks") else None
+        self.stdout_rest = [rest]
+        self._drainer = threading.Thread(target=drain, args=(self.proc.stdout, self.stdout_rest),
+                                         daemon=True)
+        self._drainer.start()
+        return self
+
+    def _discard(self):
+        """After a failed start: no process is left behind."""
+        try:
+            stop_process(self.proc, signal.SIGKILL, timeout=10)
+        except ProcessError:
+            pass
+        self._finish()
+
+    def _finish(self):
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)
+            self._drainer = None
+        _close_pipes(self.proc)
+        if self.procs:
+            self.procs.forget(self.proc)
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
+        """Signals it by its PID and waits; returns the exit code (None if it
+        never started). Kills it and raises ProcessError past the deadline."""
+        if self.proc is None:
+            return None
+        try:
+            return stop_process(self.proc, sig, timeout)
+        finally:
+            self._finish()
+
+    def kill(self):
+        """SIGKILL (no clean shutdown), and waits."""
+        return self.stop(signal.SIGKILL)
+
+    def restart(self):
+        """SIGTERM, requires exit code 0, starts again on the same config and
+        data directory (the ports are new: the config asks for port 0)."""
+        rc = self.stop()
+        if rc != 0:
+            raise ProcessError(f"{self.name} exited with {rc} on SIGTERM, want 0\n"
+                               f"{self.stderr_tail()}")
+        return self.start()
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def url(self, role="proxy"):
+        """http://H:P of a listener as the listening line names it."""
+        return f"http://{self.listening[role]}"
+
+    def stderr_tail(self, n=60):
+        if self._stderr is not None:
+            self._stderr.flush()
+        try:
+            with open(self.stderr_path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+            return "\n".join(lines[-n:])
+        except OSError:
+            return "(no stderr)"
+
+    def sanitizer_reports(self):
+        """Lines of any ASan/UBSan/TSan report in the stderr of every start."""
+        paths = sorted({self._stderr_path(n) for n in range(1, self.starts + 1)})
+        found = []
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    text = f.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+            found += [line for line in text.splitlines()
+                      if any(m in line for m in self.SANITIZER_MARKERS)]
+        return found
