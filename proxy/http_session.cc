@@ -921,9 +921,8 @@ void HttpSession::MoveTo(Worker& home) {
   // on the client's stream. Bytes the client already sent behind it
   // (pipelined) go along.
   ec_t ec;
-  const bool ipv6 = stream_.socket().local_endpoint(ec).address().is_v6();
-  int fd = -1;
-  if (!ec) fd = stream_.socket().release(ec);
+  // Closes the socket if the post never runs (shutdown).
+  HandedConnection client = HandedConnection::From(stream_.socket(), ec);
   if (ec) {
     home_votes_ = 0;
     return DoReadHeader();  // stays
@@ -935,8 +934,7 @@ void HttpSession::MoveTo(Worker& home) {
     spdlog::debug("client {} moves to the I/O thread of key {} (thread {})", client_ip_, intent_.key,
                   index);
   }
-  // A HandedConnection closes the socket if the post never runs (shutdown).
-  asio::post(home.ioc, [ctx = &ctx_, home = &home, client = HandedConnection(fd, ipv6),
+  asio::post(home.ioc, [ctx = &ctx_, home = &home, client = std::move(client),
                         slot = std::move(client_slot_), pending = std::move(pending),
                         served = requests_served_]() mutable {
     // A drain that began meanwhile may have closed that thread's sessions
@@ -945,9 +943,8 @@ void HttpSession::MoveTo(Worker& home) {
     if (ctx->draining.load(std::memory_order_relaxed)) return;  // `client` closes it
     Listener::Socket socket(home->ioc);
     ec_t ec;
-    socket.assign(client.ipv6() ? tcp::v6() : tcp::v4(), client.fd(), ec);
+    client.MoveInto(socket, ec);
     if (ec) return;  // `client` closes it
-    client.Take();
     auto session = std::make_shared<HttpSession>(std::move(socket), *ctx, *home);
     session->HoldClientSlot(std::move(slot));
     session->Resume(pending, served);
