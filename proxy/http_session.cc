@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <boost/asio/write.hpp>
-#include <nlohmann/json.hpp>
 
 #include "proxy/head_limit.h"
 #include "proxy/headers.h"
@@ -22,10 +21,6 @@ namespace {
 
 bool IsTimeout(const beast::error_code& ec) {
   return ec && (ec == beast::error::timeout || ec == asio::error::timed_out);
-}
-
-double Millis(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
 }
 
 // Feeds `parser` what `buffer` already holds, as http::async_read would
@@ -148,10 +143,8 @@ void HttpSession::DoReadHeader() {
   head_bytes_ = 0;  // PutHead sets the parser's header_limit
   req_parser_->body_limit(config_.limits.max_body_bytes);
   intent_ = WriteIntent{};
-  outcome_.clear();
   request_id_.clear();
-  status_ = 0;
-  bytes_in_ = bytes_out_ = 0;
+  record_.Reset();
   response_started_ = false;
   response_framing_ = DownstreamFraming{};
   whole_body_size_ = 0;
@@ -160,7 +153,6 @@ void HttpSession::DoReadHeader() {
   request_written_ = false;
   whole_request_ = false;
   retried_ = false;
-  upstream_started_ = upstream_ended_ = Clock::time_point{};
   idle_ = buffer_.size() == 0;
   // A new connection must deliver its first head within header_timeout; a
   // kept-alive one may stay silent for idle_timeout, and then the head that
@@ -221,7 +213,7 @@ void HttpSession::StartHeaderRead() {
 
 void HttpSession::OnReadHeader(ec_t ec) {
   idle_ = false;
-  started_ = Clock::now();
+  record_.started = Clock::now();
   // `ec &&` first, here and below: a comparison with an error enum costs a
   // category lookup, and most reads succeed.
   if (ec && (ec == http::error::end_of_stream || ec == asio::error::eof ||
@@ -334,7 +326,7 @@ bool HttpSession::PrepareWholeRequest(ec_t& ec) {
       return false;
     }
     n = body_capacity_ - body.size;
-    bytes_in_ += n;
+    record_.bytes_in += n;
   }
   head_.clear();
   AppendUpstreamHead(parser, target_, config_, client_ip_, request_id_, &head_, Destination());
@@ -344,8 +336,8 @@ bool HttpSession::PrepareWholeRequest(ec_t& ec) {
 }
 
 void HttpSession::ContinueHanded(HandedConnection handed) {
-  outcome_ = "forwarded";
-  upstream_started_ = handed.sent_at;
+  record_.outcome = "forwarded";
+  record_.upstream_started = handed.sent_at;
   upstream_timed_out_ = false;
   const size_t sent = handed.sent;
   ec_t ec;
@@ -376,8 +368,8 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
     discarded_ = 0;
     return DoDiscardBody();
   }
-  outcome_ = outcome;
-  status_ = reply.result_int();
+  record_.outcome = outcome;
+  record_.status = reply.result_int();
   // Unread body bytes would be taken for the next request: close instead.
   bool keep_alive = request_keep_alive_ && req_parser_ && req_parser_->is_done() &&
                     !ctx_.draining.load(std::memory_order_relaxed);
@@ -385,7 +377,7 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
   reply.keep_alive(keep_alive);
   if (!request_id_.empty()) reply.set("X-Request-Id", request_id_);
   reply_ = std::move(reply);
-  bytes_out_ += reply_.body().size();
+  record_.bytes_out += reply_.body().size();
   http::async_write(stream_, reply_,
                     Timed(client_deadline_, config_.limits.idle_timeout,
                           [self = shared_from_this(), keep_alive](ec_t ec, size_t) {
@@ -420,8 +412,8 @@ void HttpSession::DoDiscardBody() {
 // Forwarding: upstream connection, request head and body.
 
 void HttpSession::StartForward() {
-  outcome_ = "forwarded";
-  upstream_started_ = Clock::now();
+  record_.outcome = "forwarded";
+  record_.upstream_started = Clock::now();
   upstream_timed_out_ = false;
   // A retry always takes a new connection: the pooled one just failed.
   worker_.pool.Acquire(
@@ -550,12 +542,12 @@ void HttpSession::OnRequestBodyRead(ec_t ec) {
     // The client went away or sent a broken body: abandon the exchange.
     spdlog::debug("client body read failed: {}", ec.message());
     EndUpstream(false);
-    outcome_ = "client_error";
+    record_.outcome = "client_error";
     return Close();
   }
   auto& body = req_parser_->get().body();
   size_t n = body_capacity_ - body.size;
-  bytes_in_ += n;
+  record_.bytes_in += n;
   // No new bytes (the read only completed the message, e.g. an empty
   // chunked body): hand the serializer no buffer, or it writes a zero-size
   // chunk, which is a last-chunk, before the real last-chunk.
@@ -638,7 +630,7 @@ void HttpSession::OnResponseHeader(ec_t ec) {
       *res_parser_, req.method() == http::verb::head, req.version() >= 11,
       request_keep_alive_ && !ctx_.draining.load(std::memory_order_relaxed));
   request_keep_alive_ = response_framing_.keep_alive;
-  status_ = status;
+  record_.status = status;
   whole_body_size_ = 0;
   if (!res_parser_->is_done()) {
     // A small body of known length is read whole first, so that head and
@@ -671,7 +663,7 @@ void HttpSession::OnWholeResponseBody(ec_t ec) {
   // a GET/HEAD on a reused connection is retried), like a failed head.
   if (ec) return FailUpstream(ec, "read response body");
   whole_body_size_ = body_capacity_ - res_parser_->get().body().size;
-  bytes_out_ += whole_body_size_;
+  record_.bytes_out += whole_body_size_;
   WriteResponse();
 }
 
@@ -742,12 +734,12 @@ void HttpSession::OnResponseBodyRead(ec_t ec) {
     // connection so the client sees a truncated response, not a whole one.
     spdlog::warn("upstream failed mid-response for {}: {}", target_.path, ec.message());
     EndUpstream(false);
-    outcome_ = "upstream_error";
+    record_.outcome = "upstream_error";
     return Close();
   }
   auto& body = res_parser_->get().body();
   size_t n = body_capacity_ - body.size;
-  bytes_out_ += n;
+  record_.bytes_out += n;
   if (res_parser_->is_done()) EndUpstream(true);
   down_res_.body().data = n ? body_buffer_.get() : nullptr;  // as in OnRequestBodyRead
   down_res_.body().size = n;
@@ -771,7 +763,7 @@ void HttpSession::EndUpstream(bool reusable) {
   // The whole response was read: the exchange is over.
   const bool complete = reusable && res_parser_ && res_parser_->is_done();
   if (upstream_) {
-    upstream_ended_ = Clock::now();
+    record_.upstream_ended = Clock::now();
     reusable = complete && res_parser_->keep_alive() && !response_framing_.close_delimited &&
                request_written_;
     // Bytes beyond the response's framing (more than its Content-Length, a
@@ -814,14 +806,14 @@ bool HttpSession::Retryable() const {
   auto method = req_parser_->get().method();
   return intent_.kind != WriteIntent::Kind::kFence &&
          (method == http::verb::get || method == http::verb::head) && req_parser_->is_done() &&
-         bytes_in_ == 0;
+         record_.bytes_in == 0;
 }
 
 void HttpSession::FailUpstream(ec_t ec, const char* stage) {
   // Closed by the sweep (the operation ends with operation_aborted), or a
   // timeout the kernel reported.
   bool timeout = upstream_timed_out_ || IsTimeout(ec);
-  if (upstream_ended_ < upstream_started_) upstream_ended_ = Clock::now();
+  if (record_.upstream_ended < record_.upstream_started) record_.upstream_ended = Clock::now();
   EndUpstream(false);
   // A reused connection that failed may mean the backend restarted: drop
   // the other pooled connections it closed before they are handed out.
@@ -981,7 +973,7 @@ bool SweepSessions(Worker& worker, Deadline::Clock::time_point now) {
 
 void HttpSession::Close() {
   EndUpstream(false);
-  if (in_request_ && outcome_.empty()) outcome_ = "client_error";
+  if (in_request_ && record_.outcome.empty()) record_.outcome = "client_error";
   EndRequest();
   beast::error_code ignored;
   stream_.socket().close(ignored);
@@ -989,26 +981,10 @@ void HttpSession::Close() {
 
 void HttpSession::AccessLog() {
   if (!config_.log.access_log) return;
-  auto now = Clock::now();
-  nlohmann::json line = {
-      {"request_id", request_id_},
-      {"client", client_ip_},
-      {"method", req_parser_ ? std::string(req_parser_->get().method_string()) : ""},
-      {"path", target_.path},
-      {"route", intent_.route ? intent_.route->name : ""},
-      {"outcome", outcome_},
-      {"status", status_},
-      {"bytes_in", bytes_in_},
-      {"bytes_out", bytes_out_},
-      {"total_ms", Millis(now - started_)},
-  };
-  if (!intent_.key.empty()) line["key"] = intent_.key;
-  if (intent_.kind == WriteIntent::Kind::kFence) line["token"] = intent_.token;
-  if (!intent_.shadow_violation.empty()) line["shadow_violation"] = intent_.shadow_violation;
-  if (upstream_started_ != Clock::time_point{} && upstream_ended_ >= upstream_started_) {
-    line["upstream_ms"] = Millis(upstream_ended_ - upstream_started_);
-  }
-  spdlog::get("access")->info(DumpJson(line));  // the key may hold any header bytes
+  std::string_view method;
+  if (req_parser_) method = req_parser_->get().method_string();
+  spdlog::get("access")->info(AccessLogLine(record_, request_id_, client_ip_, method, target_.path,
+                                            intent_, Clock::now()));
 }
 
 }  // namespace fencegate::proxy

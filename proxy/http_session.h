@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "proxy/access_log.h"
 #include "proxy/canonical_path.h"
 #include "proxy/client_limit.h"
 #include "proxy/deadline.h"
@@ -168,13 +169,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool response_started_ = false;  // the response head went to the client
   DownstreamFraming response_framing_;  // DecideDownstreamFraming, at the response head
   size_t whole_body_size_ = 0;          // response body bytes in body_buffer_ (DoWholeResponseBody)
-  std::string outcome_;
-  unsigned status_ = 0;
-  uint64_t bytes_in_ = 0;
-  uint64_t bytes_out_ = 0;
-  Clock::time_point started_;
-  Clock::time_point upstream_started_;
-  Clock::time_point upstream_ended_;
+  RequestRecord record_;  // what the access log line reports
   std::string client_ip_;
   std::string request_id_;
   uint64_t requests_served_ = 0;
