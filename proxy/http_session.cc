@@ -53,7 +53,8 @@ HttpSession::HttpSession(Listener::Socket&& socket, ProxyContext& context, Worke
     : stream_(UpstreamPool::Tcp(std::move(socket)), context.listener_tls.get()),
       ctx_(context),
       worker_(worker),
-      config_(*context.config) {
+      config_(*context.config),
+      affinity_(context, worker, /*can_move=*/!stream_.tls()) {
   ctx_.active_connections.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -300,7 +301,7 @@ void HttpSession::OnVerdict(FenceVerdict verdict) {
                  verdict.shadow_violation, verdict.current);
   }
   if (!verdict.forward) return SendReply(std::move(*verdict.reply), verdict.outcome);
-  NoteTurn(verdict.lease);
+  affinity_.NoteTurn(verdict.lease, intent_.key);
   lease_ = std::move(verdict.lease);
   if (verdict.handed) return ContinueHanded(std::move(*verdict.handed));
   StartForward();
@@ -868,84 +869,19 @@ void HttpSession::FinishRequest(bool keep_alive) {
   if (head_.capacity() > kWaitReadSize) std::string().swap(head_);
   if (!keep_alive || ctx_.draining.load(std::memory_order_relaxed)) return CloseAfterResponse();
   // Only with the request read whole: no read of it can still be pending.
-  if (home_votes_ >= (moved_ ? kMoveAfter : kFirstMoveAfter) && req_parser_ &&
-      req_parser_->is_done()) {
-    return MoveTo(*wanted_home_);
+  if (Worker* home = affinity_.Due(); home != nullptr && req_parser_ && req_parser_->is_done()) {
+    // The response went whole and nothing is pending on the client's
+    // stream. Bytes the client already sent behind it (pipelined) go along.
+    if (affinity_.Move(*home, stream_.socket(), buffer_, client_slot_, requests_served_,
+                       client_ip_, intent_.key)) {
+      return;  // this session ends here: its socket went with the move
+    }
   }
   DoReadHeader();
 }
 
-// A key's writes are handed on from one to the next without a trip through
-// the event loop when the next one's session is on the same I/O thread
-// (KeyLease::HandOn); one on another thread costs a wake-up of that thread
-// and the upstream connection's move to it (handoff.h), and every hot-key
-// write then keeps both threads busy sleeping and waking. Measured on 2 cores
-// (docs/performance.md): one I/O thread runs the hot key 1.09-1.34x faster
-// than two. So a session whose writes keep waiting for a key that lives on
-// another thread moves there, between two requests: all the clients of a hot
-// key end up on its thread, and the hand-overs between their writes stay
-// there.
-Worker* HttpSession::HomeOf(const std::string& key) const {
-  if (ctx_.workers.size() < 2) return nullptr;
-  return ctx_.workers[KeyQueue::ShardOf(key) % ctx_.workers.size()];
-}
-
-void HttpSession::NoteTurn(const KeyLease& lease) {
-  // Only a write that waited behind another one of its key: a key nobody
-  // else writes pulls no session anywhere. TLS sessions stay (the TLS state
-  // is in this stream object).
-  if (!lease.waited() || stream_.tls()) return;
-  Worker* home = HomeOf(intent_.key);
-  if (home == nullptr || home == &worker_) {
-    wanted_home_ = nullptr;
-    home_votes_ = 0;
-    return;
-  }
-  // Waits in a row for keys of the same other thread (how many: see
-  // kFirstMoveAfter): a session that alternates between keys of two threads
-  // moves once at most.
-  home_votes_ = home == wanted_home_ ? home_votes_ + 1 : 1;
-  wanted_home_ = home;
-}
-
-void HttpSession::MoveTo(Worker& home) {
-  // Between two requests: the response went whole and nothing is pending
-  // on the client's stream. Bytes the client already sent behind it
-  // (pipelined) go along.
-  ec_t ec;
-  // Closes the socket if the post never runs (shutdown).
-  HandedConnection client = HandedConnection::From(stream_.socket(), ec);
-  if (ec) {
-    home_votes_ = 0;
-    return DoReadHeader();  // stays
-  }
-  std::string pending = beast::buffers_to_string(buffer_.data());
-  if (spdlog::should_log(spdlog::level::debug)) {
-    const auto& workers = ctx_.workers;
-    const auto index = std::find(workers.begin(), workers.end(), &home) - workers.begin();
-    spdlog::debug("client {} moves to the I/O thread of key {} (thread {})", client_ip_, intent_.key,
-                  index);
-  }
-  asio::post(home.ioc, [ctx = &ctx_, home = &home, client = std::move(client),
-                        slot = std::move(client_slot_), pending = std::move(pending),
-                        served = requests_served_]() mutable {
-    // A drain that began meanwhile may have closed that thread's sessions
-    // already (and at its end stops their sweep): close this one, as
-    // FinishRequest closes a kept-alive connection once draining.
-    if (ctx->draining.load(std::memory_order_relaxed)) return;  // `client` closes it
-    Listener::Socket socket(home->ioc);
-    ec_t ec;
-    client.MoveInto(socket, ec);
-    if (ec) return;  // `client` closes it
-    auto session = std::make_shared<HttpSession>(std::move(socket), *ctx, *home);
-    session->HoldClientSlot(std::move(slot));
-    session->Resume(pending, served);
-  });
-  // This session ends here: its socket went with the move.
-}
-
 void HttpSession::Resume(std::string_view pending, uint64_t requests_served) {
-  moved_ = true;
+  affinity_.Arrived();
   requests_served_ = requests_served;
   if (!pending.empty()) {
     buffer_.commit(asio::buffer_copy(buffer_.prepare(pending.size()), asio::buffer(pending)));

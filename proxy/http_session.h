@@ -28,6 +28,7 @@
 #include "proxy/maybe_tls_stream.h"
 #include "proxy/proxy_context.h"
 #include "proxy/replies.h"
+#include "proxy/session_affinity.h"
 
 namespace fencegate::proxy {
 
@@ -38,7 +39,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   void Run();
   // Run, for a client connection that moved here from another I/O thread
-  // (MoveTo) between two requests: `pending` is what it had already sent
+  // (SessionAffinity::Move) between two requests: `pending` is what it had already sent
   // of the next one(s).
   void Resume(std::string_view pending, uint64_t requests_served);
   // Server is draining: close now if idle between requests, else after the
@@ -118,12 +119,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // connection when a reused one fails before the response started.
   bool Retryable() const;
   void FinishRequest(bool keep_alive);
-  // Sessions follow their contended keys (see the source): the Worker whose
-  // thread a key's writes gather on (nullptr with one thread), what a
-  // forwarded write's turn says about it, and the move itself.
-  Worker* HomeOf(const std::string& key) const;
-  void NoteTurn(const KeyLease& lease);
-  void MoveTo(Worker& home);
   void EndRequest();  // access log and in-flight count, once per request
   void Close();
   void AccessLog();
@@ -185,17 +180,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool wait_queued_ = false;
   bool expect_continue_ = false;
   ClientSlot client_slot_;  // limits.max_connections_per_client
-  // NoteTurn: the other thread this session's recent writes waited on keys
-  // of, and how many times in a row. A connection that has not moved yet
-  // moves at kFirstMoveAfter: new clients of a hot key gather on its thread
-  // within one round of its queue. One that moved already (Resume) moves
-  // again only at kMoveAfter, so that one whose writes alternate between
-  // keys of two threads moves once at most, never back and forth.
-  Worker* wanted_home_ = nullptr;
-  int home_votes_ = 0;
-  bool moved_ = false;
-  static constexpr int kFirstMoveAfter = 1;
-  static constexpr int kMoveAfter = 2;
   // Timeouts (deadline.h): armed while an operation on that stream is
   // pending, by Timed() or WriteWhole(). An upstream stream the sweep closed
   // fails its operation with operation_aborted: upstream_timed_out_ makes
@@ -203,6 +187,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   Deadline client_deadline_;
   Deadline upstream_deadline_;
   bool upstream_timed_out_ = false;
+  SessionAffinity affinity_;
 };
 
 }  // namespace fencegate::proxy
