@@ -7,7 +7,7 @@
 // a session of the other, waking that session before its request can go
 // would put a post and a wake-up on the key's critical path. Instead, the
 // thread that hands the key on (KeyLease::HandOn) may be a Courier: it sends
-// the next write's request, already built whole (HttpSession), on one of
+// the next write's request, already built whole (UpstreamExchange), on one of
 // its own upstream connections at once, then gives that connection, with
 // the request in flight, to the waiter's thread, which reads the response.
 //
