@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <boost/system/error_code.hpp>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -19,9 +20,12 @@
 
 namespace fencegate::proxy {
 
-// An upstream connection on its way from one I/O thread to another: a
-// socket no io_context watches, closed unless someone adopts it
-// (UpstreamPool::Adopt).
+// A connection on its way from one I/O thread to another (an upstream
+// connection with a request in flight, or a client connection that moves to
+// the thread of its keys): a socket no io_context watches, closed unless
+// someone adopts it (MoveInto). An Asio socket cannot change io_context, so
+// what travels is the descriptor, owned by this object from From() to
+// MoveInto().
 class HandedConnection {
   int fd_ = -1;
   bool ipv6_ = false;
@@ -48,10 +52,30 @@ class HandedConnection {
   HandedConnection& operator=(const HandedConnection&) = delete;
   ~HandedConnection() { Close(); }
 
+  // Takes `socket`, an open Asio TCP socket, off its io_context without
+  // closing it (release). On failure `ec` says why, the result holds
+  // nothing, and the socket stays with its owner.
+  template <class Socket>
+  static HandedConnection From(Socket& socket, boost::system::error_code& ec) {
+    const bool ipv6 = socket.local_endpoint(ec).address().is_v6();
+    if (ec) return {};
+    const int fd = socket.release(ec);
+    if (ec) return {};
+    return {fd, ipv6};
+  }
+  // Gives the connection to `socket`, an unopened Asio TCP socket of the
+  // adopting thread's io_context, which owns it from now on. On failure
+  // `ec` says why and the connection stays here (closed with this object).
+  template <class Socket>
+  void MoveInto(Socket& socket, boost::system::error_code& ec) {
+    using Protocol = typename Socket::protocol_type;
+    socket.assign(ipv6_ ? Protocol::v6() : Protocol::v4(), fd_, ec);
+    if (!ec) fd_ = -1;
+  }
+
+  // The descriptor, for a send before the hand-over (UpstreamPool::Send).
   int fd() const { return fd_; }
   bool ipv6() const { return ipv6_; }
-  // The adopter owns the socket from now on.
-  int Take() { return std::exchange(fd_, -1); }
 
   // How many bytes of the request went (all of them, or the first part when
   // the socket would not take more at once: the adopter writes the rest),

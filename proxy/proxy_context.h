@@ -33,7 +33,7 @@ struct ProxyContext {
   std::unique_ptr<ClientLimiter> clients;  // limits.max_connections_per_client
   // Every I/O thread's Worker, in order; set before the first connection.
   // A session moves to the Worker of a key its writes wait for
-  // (HttpSession::OnVerdict, HomeOf).
+  // (SessionAffinity).
   std::vector<Worker*> workers;
 };
 

@@ -99,10 +99,8 @@ std::optional<HandedConnection> UpstreamPool::Send(std::string_view request) {
   // Off this io_context first (release: no longer watched, not closed), so
   // that once bytes went nothing can fail but the send itself.
   beast::error_code ec;
-  const bool ipv6 = c->socket().local_endpoint(ec).address().is_v6();
+  HandedConnection handed = HandedConnection::From(c->socket(), ec);
   if (ec) return std::nullopt;  // `c` closes it: nothing was sent
-  HandedConnection handed(c->socket().release(ec), ipv6);
-  if (ec) return std::nullopt;
   c.reset();
   while (handed.sent < request.size()) {
     ssize_t n = ::send(handed.fd(), request.data() + handed.sent, request.size() - handed.sent,
@@ -124,9 +122,8 @@ std::optional<HandedConnection> UpstreamPool::Send(std::string_view request) {
 
 UpstreamPool::Connection UpstreamPool::Adopt(HandedConnection handed, beast::error_code& ec) {
   auto c = std::make_unique<Stream>(Tcp(ioc_), nullptr);
-  c->socket().assign(handed.ipv6() ? tcp::v6() : tcp::v4(), handed.fd(), ec);
+  handed.MoveInto(c->socket(), ec);
   if (ec) return nullptr;  // `handed` still owns the socket and closes it
-  handed.Take();
   c->socket().non_blocking(true, ec);  // as Connect sets it, for the write-now path
   if (ec) return nullptr;
   return c;

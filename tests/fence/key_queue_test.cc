@@ -454,7 +454,7 @@ TEST(KeyQueue, TheRelayRunsOnlyForHandOnWithACourierFromAnotherThread) {
 }
 
 // A lease says whether its write waited behind another one of its key:
-// sessions move towards the keys they keep waiting for (HttpSession).
+// sessions move towards the keys they keep waiting for (SessionAffinity).
 TEST(KeyQueue, ALeaseSaysWhetherItsWriteWaited) {
   io_context ioc;
   KeyQueue q;

@@ -1,5 +1,6 @@
 // Fuzz target: what a backend sends back, through the parsing and
-// re-framing HttpSession applies before anything reaches the client.
+// re-framing the upstream exchange applies (UpstreamExchange) before
+// anything reaches the client.
 //
 // The first input byte chooses the request the response answers (GET or
 // HEAD, from an HTTP/1.1 or an HTTP/1.0 client); the rest is the backend's

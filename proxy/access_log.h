@@ -1,0 +1,50 @@
+#pragma once
+// The access log (log.access_log): one JSON object per request, written once
+// the request has ended (docs/operations.md shows a line and its fields).
+//
+// RequestRecord is what the line reports that is learnt while the request
+// runs; the client session and its upstream exchange fill it in, on the
+// session's thread. AccessLogLine builds the line; the session writes it.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "fence/fence_filter.h"
+
+namespace fencegate::proxy {
+
+struct RequestRecord {
+  using Clock = std::chrono::steady_clock;
+
+  // "forwarded", or why not (docs/contract.md, "Metrics"); "client_error"
+  // when the client went away first.
+  std::string outcome;
+  unsigned status = 0;     // the status the client got; 0 when it got none
+  uint64_t bytes_in = 0;   // request body bytes read from the client
+  uint64_t bytes_out = 0;  // body bytes sent to the client (the backend's or fencegate's reply's)
+  Clock::time_point started;           // the head was read
+  Clock::time_point upstream_started;  // the upstream exchange began (zero: never)
+  Clock::time_point upstream_ended;    // it ended (earlier than upstream_started: not yet)
+
+  // For the next request on the connection; `outcome` keeps its buffer.
+  void Reset() {
+    outcome.clear();
+    status = 0;
+    bytes_in = bytes_out = 0;
+    upstream_started = upstream_ended = Clock::time_point{};
+  }
+};
+
+// The line for one request that `intent` classified: request_id, client,
+// method, path, route, outcome, status, bytes_in, bytes_out and total_ms
+// (from record.started to `now`), always; key, token (fenced writes),
+// shadow_violation and upstream_ms only when there is one. Strings that are
+// not valid UTF-8 (a key may hold any header bytes) get U+FFFD (DumpJson).
+std::string AccessLogLine(const RequestRecord& record, std::string_view request_id,
+                          std::string_view client, std::string_view method,
+                          std::string_view path, const WriteIntent& intent,
+                          RequestRecord::Clock::time_point now);
+
+}  // namespace fencegate::proxy

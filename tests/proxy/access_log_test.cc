@@ -1,0 +1,112 @@
+// The access log line (proxy/access_log.h): the fields every line has, the
+// ones only some requests have, and bytes a client chose.
+
+#include "proxy/access_log.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "fence/router.h"
+
+namespace fencegate::proxy {
+namespace {
+
+using Clock = RequestRecord::Clock;
+using std::chrono::milliseconds;
+
+nlohmann::json Parse(const std::string& line) {
+  auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(json.is_object()) << line;
+  return json;
+}
+
+TEST(AccessLog, AFencedWriteThatReachedTheBackendHasEveryField) {
+  Route route;
+  route.name = "objects";
+  WriteIntent intent;
+  intent.kind = WriteIntent::Kind::kFence;
+  intent.route = &route;
+  intent.key = "/objects/a";
+  intent.token = 7;
+  RequestRecord record;
+  record.outcome = "forwarded";
+  record.status = 201;
+  record.bytes_in = 5;
+  record.bytes_out = 2;
+  const Clock::time_point t0 = Clock::now();
+  record.started = t0;
+  record.upstream_started = t0 + milliseconds(1);
+  record.upstream_ended = t0 + milliseconds(3);
+
+  nlohmann::json line = Parse(AccessLogLine(record, "req-1", "127.0.0.1", "PUT", "/objects/a",
+                                            intent, t0 + milliseconds(4)));
+  EXPECT_EQ(line["request_id"], "req-1");
+  EXPECT_EQ(line["client"], "127.0.0.1");
+  EXPECT_EQ(line["method"], "PUT");
+  EXPECT_EQ(line["path"], "/objects/a");
+  EXPECT_EQ(line["route"], "objects");
+  EXPECT_EQ(line["outcome"], "forwarded");
+  EXPECT_EQ(line["status"], 201);
+  EXPECT_EQ(line["bytes_in"], 5);
+  EXPECT_EQ(line["bytes_out"], 2);
+  EXPECT_EQ(line["key"], "/objects/a");
+  EXPECT_EQ(line["token"], 7);
+  EXPECT_DOUBLE_EQ(line["total_ms"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(line["upstream_ms"].get<double>(), 2.0);
+  EXPECT_FALSE(line.contains("shadow_violation"));
+}
+
+TEST(AccessLog, ARequestThatNeverReachedTheBackendHasNoUpstreamTime) {
+  WriteIntent intent;  // passed through, no route
+  RequestRecord record;
+  record.outcome = "bad_request";
+  record.status = 400;
+  const Clock::time_point t0 = Clock::now();
+  record.started = t0;
+
+  nlohmann::json line =
+      Parse(AccessLogLine(record, "req-2", "::1", "GET", "/a", intent, t0 + milliseconds(1)));
+  EXPECT_EQ(line["route"], "");
+  EXPECT_FALSE(line.contains("key"));
+  EXPECT_FALSE(line.contains("token"));
+  EXPECT_FALSE(line.contains("upstream_ms"));
+
+  // Started and not yet ended (the client went away meanwhile): no time.
+  record.upstream_started = t0;
+  record.upstream_ended = Clock::time_point{};
+  line = Parse(AccessLogLine(record, "req-2", "::1", "GET", "/a", intent, t0));
+  EXPECT_FALSE(line.contains("upstream_ms"));
+}
+
+TEST(AccessLog, ShadowViolationAndBytesThatAreNotUtf8) {
+  WriteIntent intent;
+  intent.key = "t\xFF:/objects/a";  // from a header: any bytes
+  intent.shadow_violation = "stale";
+  RequestRecord record;
+  record.started = Clock::now();
+
+  nlohmann::json line = Parse(AccessLogLine(record, "req-3", "10.0.0.1", "PUT", "/objects/a",
+                                            intent, record.started));
+  EXPECT_EQ(line["key"], "t\xEF\xBF\xBD:/objects/a");  // U+FFFD for the bad byte
+  EXPECT_EQ(line["shadow_violation"], "stale");
+}
+
+TEST(AccessLog, ResetKeepsNothingOfTheLastRequest) {
+  RequestRecord record;
+  record.outcome = "forwarded";
+  record.status = 200;
+  record.bytes_in = record.bytes_out = 9;
+  record.upstream_started = record.upstream_ended = Clock::now();
+  record.Reset();
+  EXPECT_TRUE(record.outcome.empty());
+  EXPECT_EQ(record.status, 0U);
+  EXPECT_EQ(record.bytes_in, 0U);
+  EXPECT_EQ(record.bytes_out, 0U);
+  EXPECT_EQ(record.upstream_started, Clock::time_point{});
+  EXPECT_EQ(record.upstream_ended, Clock::time_point{});
+}
+
+}  // namespace
+}  // namespace fencegate::proxy
