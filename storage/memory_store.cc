@@ -31,8 +31,8 @@ MemoryStore::~MemoryStore() {
 
 template <class Task>
 void MemoryStore::Run(Task task) {
-  bool closed = false;
   if (answer_on_caller_) {
+    bool closed = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       closed = closing_;
@@ -40,15 +40,15 @@ void MemoryStore::Run(Task task) {
     task(closed);  // decided and answered before the call returns
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed = closing_;
-    if (!closed) {
-      queue_.emplace_back(std::move(task));
-      ++queued_;
-    }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (closing_) {
+    lock.unlock();
+    task(true);
+    return;
   }
-  if (closed) return task(true);
+  queue_.emplace_back(std::move(task));
+  ++queued_;
+  lock.unlock();
   work_cv_.notify_one();
 }
 

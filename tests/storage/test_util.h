@@ -4,10 +4,9 @@
 // future with a generous deadline, so a handler that never runs fails the
 // test instead of hanging it.
 
-#include <stdlib.h>
-
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <memory>

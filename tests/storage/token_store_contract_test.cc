@@ -207,10 +207,11 @@ TEST_P(TokenStoreContract, CallsAreDecidedInTheOrderTheyWereMade) {
     Status status;
     BatchFence fence;
   };
-  constexpr int kRounds = 40;
+  constexpr uint64_t kRounds = 40;
+  constexpr size_t kCallsPerRound = 9;
   std::vector<Want> want;
   std::vector<Got> got;
-  got.reserve(kRounds * 9);  // handlers keep pointers into it
+  got.reserve(kRounds * kCallsPerRound);  // handlers keep pointers into it
   Answers answers;
   auto fence_into = [&](Got* g) {
     return [g, &answers](const Status& s, Fence f) {
@@ -221,10 +222,10 @@ TEST_P(TokenStoreContract, CallsAreDecidedInTheOrderTheyWereMade) {
     };
   };
   auto batch_into = [&](Got* g) {
-    return [g, &answers](const Status& s, BatchFence f) {
+    return [g, &answers](const Status& s, const BatchFence& f) {
       ++g->answers;
       g->status = s;
-      g->fence = std::move(f);
+      g->fence = f;
       answers.Add();
     };
   };
@@ -279,7 +280,7 @@ TEST_P(TokenStoreContract, AHandlerRunsOnTheStoresThreadOrBeforeTheCallReturns) 
   };
   call([&] { store().Advance("/t", 1, [&](const Status&, Fence) { check(); }); });
   call([&] { store().Raise("/t", 2, [&](const Status&, Fence) { check(); }); });
-  call([&] { store().AdvanceAll({{"/t", 3}, {"/u", 1}}, [&](const Status&, BatchFence) { check(); }); });
+  call([&] { store().AdvanceAll({{"/t", 3}, {"/u", 1}}, [&](const Status&, const BatchFence&) { check(); }); });
   call([&] { store().Get("/t", [&](const Status&, std::optional<uint64_t>) { check(); }); });
   ASSERT_TRUE(answers.WaitFor(4));
   EXPECT_EQ(late.load(), 0);
@@ -288,15 +289,16 @@ TEST_P(TokenStoreContract, AHandlerRunsOnTheStoresThreadOrBeforeTheCallReturns) 
 // Callers on several threads, each waiting for its own answers: the stored
 // value never goes down, and each caller sees it only go up.
 TEST_P(TokenStoreContract, ConcurrentAdvancesNeverLowerTheStoredValue) {
-  constexpr int kThreads = 4;
-  constexpr int kPerThread = 100;
+  constexpr uint64_t kThreads = 4;
+  constexpr uint64_t kPerThread = 100;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::atomic<int> wrong{0};
-  for (int t = 0; t < kThreads; ++t) {
+  for (uint64_t t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       uint64_t seen = 0;
-      for (int i = 0; i < kPerThread; ++i) {
-        const uint64_t token = static_cast<uint64_t>(i * kThreads + t);
+      for (uint64_t i = 0; i < kPerThread; ++i) {
+        const uint64_t token = i * kThreads + t;
         FenceResult r = AdvanceSync(store(), "/hot", token);
         const bool consistent = r.status.ok() && r.fence.current >= seen &&
                                 (r.fence.accepted ? r.fence.current == token
@@ -308,7 +310,7 @@ TEST_P(TokenStoreContract, ConcurrentAdvancesNeverLowerTheStoredValue) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(GetSync(store(), "/hot").value, uint64_t{kThreads * kPerThread - 1});
+  EXPECT_EQ(GetSync(store(), "/hot").value, kThreads * kPerThread - 1);
 }
 
 TEST_P(TokenStoreContract, CloseAnswersEveryCallMadeBeforeItAndRefusesLaterOnes) {
