@@ -9,7 +9,6 @@
 #include "fence/request_checks.h"
 #include "net/read_attempt.h"
 #include "net/write_whole.h"
-#include "net/read_attempt.h"
 
 namespace fencegate::proxy {
 
