@@ -51,9 +51,7 @@ if [[ " ${tools[*]} " == *" tidy "* || " ${tools[*]} " == *" cppcheck "* ]]; the
   # clang's own command lines, so that clang-tidy sees exactly what clang
   # compiles. The fuzz targets are configured as replay programs (plain
   # sources, no -fsanitize=fuzzer), the benchmarks are left out.
-  CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
-    -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=OFF >/dev/null
+  (cd "$ROOT" && cmake --preset lint -B "$BUILD" >/dev/null)
   mapfile -t tidy_files < <(sources "${TIDY_DIRS[@]}")
   mapfile -t cppcheck_files < <(sources "${CPPCHECK_DIRS[@]}")
   if [[ ${#tidy_files[@]} -eq 0 || ${#cppcheck_files[@]} -eq 0 ]]; then
