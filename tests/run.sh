@@ -4,8 +4,7 @@
 # runs (.ci/run). Stages, in order, each timed in the log's last lines:
 #   lint   clang-tidy and cppcheck (tests/lint.sh)
 #   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
-#   ctest  unit tests, integration suite, chaos.short.*, docs (beside tsan:
-#          ctest mostly waits on the processes it starts)
+#   ctest  unit tests, integration suite, chaos.short.*, docs
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
@@ -32,31 +31,33 @@ times=()
 TICKS=$(getconf CLK_TCK)
 STAGES="$(mktemp -d)"
 trap 'rm -rf "$STAGES"' EXIT
-declare -A stage_pids=()
 started=$(date +%s)
-cpu_seconds() {  # CPU seconds (user + system) of the calling shell's finished children
+# cpu_now: sets $cpu to the CPU seconds (user + system) of the calling
+# shell's finished children. Called directly, not in $(...): a command
+# substitution is a shell of its own, with children of its own.
+cpu_now() {
   local st
   read -r -a st <"/proc/$BASHPID/stat"  # fields 16 and 17: cutime, cstime
-  echo $(( (st[15] + st[16]) / TICKS ))
+  cpu=$(( (st[15] + st[16]) / TICKS ))
 }
 # stage_body NAME COMMAND...: runs the command (in a subshell of its own, so
 # that its CPU time is its own), writes NAME's time line to $STAGES/NAME.time.
 stage_body() {
-  local name="$1" t0 c0 rc=0
+  local name="$1" t0 c0 cpu rc=0
   shift
   t0=$(date +%s)
-  c0=$(cpu_seconds)
+  cpu_now
+  c0=$cpu
   "$@" || rc=$?
+  cpu_now
   printf '%-6s %4d s wall, %5d s CPU%s\n' "$name" $(( $(date +%s) - t0 )) \
-    $(( $(cpu_seconds) - c0 )) "$([[ $rc -eq 0 ]] || echo ", FAILED (exit $rc)")" \
+    $(( cpu - c0 )) "$([[ $rc -eq 0 ]] || echo ", FAILED (exit $rc)")" \
     >"$STAGES/$name.time"
   return "$rc"
 }
 stage_done() {  # stage_done NAME RC: records NAME's time; stops the run if it failed
   times+=("$(cat "$STAGES/$1.time")")
   if [[ $2 -ne 0 ]]; then
-    local pid
-    for pid in "${stage_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     print_times
     exit "$2"
   fi
@@ -65,22 +66,6 @@ stage() {  # stage NAME COMMAND...: runs it in the foreground
   local rc=0
   echo "==== stage $1"
   (stage_body "$@") || rc=$?
-  stage_done "$1" "$rc"
-}
-# stage_beside NAME COMMAND...: starts a stage in the background, its output
-# in a file; stage_join NAME waits for it and prints that output. For a
-# stage that leaves a core idle (ctest waits on the processes it starts)
-# beside one that does not.
-stage_beside() {
-  echo "==== stage $1 (beside the next stage; its output follows when it ends)"
-  (stage_body "$@") >"$STAGES/$1.log" 2>&1 &
-  stage_pids[$1]=$!
-}
-stage_join() {
-  local rc=0
-  wait "${stage_pids[$1]}" || rc=$?
-  echo "==== stage $1 (output)"
-  cat "$STAGES/$1.log"
   stage_done "$1" "$rc"
 }
 print_times() {
@@ -113,17 +98,14 @@ stage build build
 # ctest entry, and most of their time is spent waiting on the processes they
 # start (the stage uses about one core of two), so four run side by side.
 # shellcheck disable=SC2086
-# ctest runs beside the ThreadSanitizer stage: it spends most of its time
-# waiting on the processes it starts and leaves a core for TSan's build.
 # shellcheck disable=SC2086
-stage_beside ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
+stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
   -j "${CTEST_JOBS:-4}" ${CTEST_ARGS:-}
 
 # The concurrency tests under ThreadSanitizer (tests/tsan.sh).
 if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
   stage tsan bash "$ROOT/tests/tsan.sh"
 fi
-stage_join ctest
 
 # The unit tests and the integration suite under ASan+UBSan, in the clang
 # build that the fuzz stage then reuses (tests/asan.sh).
