@@ -2,13 +2,16 @@
 
 #include <boost/version.hpp>
 
-// Only the reactor whose layout was read for this: Boost 1.81's
+// FENCEGATE_SKIP_READ_ATTEMPT (net/CMakeLists.txt) is on by default, and
+// only for the reactor whose layout was read for this: Boost 1.81's
 // epoll_reactor (the default on Linux; io_uring is opt-in and not used
 // here). Check the members below against the new version's
 // boost/asio/detail/epoll_reactor.hpp before widening this.
-#if BOOST_VERSION == 108100 && defined(BOOST_ASIO_HAS_EPOLL) && \
-    !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT) && !defined(BOOST_ASIO_DISABLE_EPOLL)
-#define FENCEGATE_SKIP_READ_ATTEMPT 1
+#ifdef FENCEGATE_SKIP_READ_ATTEMPT
+#if BOOST_VERSION != 108100 || !defined(BOOST_ASIO_HAS_EPOLL) || \
+    defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT) || defined(BOOST_ASIO_DISABLE_EPOLL)
+#error "the skipped read attempt needs Boost 1.81's epoll reactor: configure with -DFENCEGATE_SKIP_READ_ATTEMPT=OFF"
+#endif
 #include <boost/asio/detail/conditionally_enabled_mutex.hpp>
 #include <boost/asio/detail/epoll_reactor.hpp>
 #include <boost/asio/detail/reactor.hpp>

@@ -2,9 +2,10 @@
 // SkipNextReadAttempt: the next read on a plain TCP socket waits for epoll
 // without first trying recv (docs/architecture.md, "The skipped read
 // attempt", says why and how). It reaches Asio's per-socket flag in Boost
-// 1.81's epoll reactor (read_attempt.cc says how); any other Boost version
-// or reactor compiles to a no-op that returns false, and the read then
-// costs its recv, nothing else.
+// 1.81's epoll reactor (read_attempt.cc says how); the build refuses any
+// other Boost or reactor unless configured with
+// -DFENCEGATE_SKIP_READ_ATTEMPT=OFF, which compiles these to no-ops that
+// change nothing (every read then costs its recv, nothing else).
 //
 // Precondition, for the caller: nothing readable has arrived on the socket
 // that the io_context has already seen; a readiness event delivered before

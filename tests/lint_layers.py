@@ -7,6 +7,7 @@ fails when one points at a folder the table below does not allow, or when
 the folders' includes form a cycle. Needs no build; reads git ls-files.
 
     python3 tests/lint_layers.py        # exit 1 on any finding
+    python3 tests/lint_layers.py --root DIR   # another tree (a git work tree)
 
 Prints FILE:LINE: [rule] TEXT for each finding. tests/lint.sh runs it (the
 "layers" tool). docs/architecture.md, "The layers", draws the same table.
@@ -112,8 +113,8 @@ def find_cycle(edges):
     return None
 
 
-def main():
-    files = subprocess.run(["git", "-C", ROOT, "ls-files", "--"] + sorted(ALLOWED),
+def main(root=ROOT):
+    files = subprocess.run(["git", "-C", root, "ls-files", "--"] + sorted(ALLOWED),
                            check=True, capture_output=True, text=True).stdout.splitlines()
     findings = []
     edges = {}  # folder -> {folder: first "file:line" that includes it}
@@ -123,7 +124,7 @@ def main():
         is_cmake = os.path.basename(path) == "CMakeLists.txt"
         if not (SOURCE.search(path) or is_cmake):
             continue
-        full = os.path.join(ROOT, path)
+        full = os.path.join(root, path)
         if not os.path.exists(full):  # deleted in the work tree, not yet in the index
             continue
         with open(full, encoding="utf-8", errors="replace") as f:
@@ -187,4 +188,8 @@ def describe_allowed(folder):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--root":
+        sys.exit(main(sys.argv[2]))
+    if len(sys.argv) != 1:
+        sys.exit("usage: lint_layers.py [--root DIR]")
     sys.exit(main())

@@ -2,9 +2,12 @@
 # Builds fencegate and runs every test (unit tests and the integration
 # suite) through ctest, then the sanitizer and fuzz stages. This is what CI
 # runs (.ci/run). Stages, in order, each timed in the log's last lines:
-#   lint   clang-tidy and cppcheck (tests/lint.sh)
+#   lint   process words, layers and cppcheck (tests/lint.sh): a few seconds
 #   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
 #   ctest  unit tests, integration suite, chaos.short.*, docs
+#   tidy   clang-tidy (tests/lint.sh tidy), beside ctest at the lowest CPU
+#          priority: ctest mostly waits on the processes it starts, and
+#          clang-tidy takes the core it leaves
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
@@ -18,7 +21,7 @@
 #   FENCEGATE_SANITIZE   "", "address" or "thread" (sanitizer build)
 #   CTEST_ARGS           extra ctest arguments, e.g. "-R integration"
 #   CTEST_JOBS           tests ctest runs at once (default 4)
-#   FENCEGATE_SKIP_LINT  1: skip the static analysis stage (tests/lint.sh)
+#   FENCEGATE_SKIP_LINT  1: skip the static analysis stages (tests/lint.sh)
 #   FENCEGATE_SKIP_TSAN  1: skip the ThreadSanitizer stage (tests/tsan.sh)
 #   FENCEGATE_SKIP_ASAN  1: skip the ASan+UBSan stage (tests/asan.sh)
 #   FENCEGATE_SKIP_FUZZ  1: skip the fuzz stage (tests/fuzz/run.sh)
@@ -58,6 +61,7 @@ stage_body() {
 stage_done() {  # stage_done NAME RC: records NAME's time; stops the run if it failed
   times+=("$(cat "$STAGES/$1.time")")
   if [[ $2 -ne 0 ]]; then
+    [[ -z "$beside_pid" ]] || wait "$beside_pid" 2>/dev/null || true
     print_times
     exit "$2"
   fi
@@ -68,6 +72,25 @@ stage() {  # stage NAME COMMAND...: runs it in the foreground
   (stage_body "$@") || rc=$?
   stage_done "$1" "$rc"
 }
+# stage_beside NAME COMMAND...: starts a stage in the background at the
+# lowest CPU priority (nice 19), its output in a file; stage_join NAME waits
+# for it and prints that output. For a CPU-bound stage beside one that leaves
+# a core idle: the foreground stage's processes get the CPU whenever they
+# want it, so its timing is what it would be alone.
+beside_pid=
+stage_beside() {
+  echo "==== stage $1 (beside the next stage, nice 19; its output follows when it ends)"
+  (stage_body "$1" nice -n 19 "${@:2}") >"$STAGES/$1.log" 2>&1 &
+  beside_pid=$!
+}
+stage_join() {
+  local rc=0
+  wait "$beside_pid" || rc=$?
+  beside_pid=
+  echo "==== stage $1 (output)"
+  cat "$STAGES/$1.log"
+  stage_done "$1" "$rc"
+}
 print_times() {
   echo "==== stage times:"
   printf '  %s\n' "${times[@]}"
@@ -76,9 +99,9 @@ print_times() {
 
 bash "$ROOT/docker/install-deps.sh"
 
-# Static analysis first: it needs no build and fails in a few minutes.
+# The quick static checks first: they need no build and fail in seconds.
 if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
-  stage lint bash "$ROOT/tests/lint.sh"
+  stage lint bash "$ROOT/tests/lint.sh" words layers cppcheck
 fi
 
 # The fuzz targets' seed replays (fuzz.replay.*) run in the ASan stage's
@@ -97,10 +120,14 @@ stage build build
 # -j 4: each integration file and each chaos.short configuration is its own
 # ctest entry, and most of their time is spent waiting on the processes they
 # start (the stage uses about one core of two), so four run side by side.
-# shellcheck disable=SC2086
+# clang-tidy (minutes of CPU, no build needed) fills the core ctest leaves.
+if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
+  stage_beside tidy bash "$ROOT/tests/lint.sh" tidy
+fi
 # shellcheck disable=SC2086
 stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
   -j "${CTEST_JOBS:-4}" ${CTEST_ARGS:-}
+[[ -z "$beside_pid" ]] || stage_join tidy
 
 # The concurrency tests under ThreadSanitizer (tests/tsan.sh).
 if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
