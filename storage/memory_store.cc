@@ -194,4 +194,109 @@ void MemoryStore::DoGet(const std::string& key, const GetHandler& handler) {
   handler(Status::Ok(), value);
 }
 
+std::optional<std::string> MemoryStore::StoredRecord(const std::string& key) {
+  auto it = records_.find(key);
+  if (it == records_.end()) return std::nullopt;
+  return it->second;
+}
+
+void MemoryStore::Apply(const std::string& key, RecordDecision& change) {
+  if (!change.apply) return;
+  if (change.put) {
+    records_[key] = std::move(*change.put);
+  } else {
+    records_.erase(key);
+  }
+}
+
+void MemoryStore::ReserveKey(std::string key, IdempotencyRecord reservation,
+                             ReserveHandler handler) {
+  Status s = CheckRecordKey(key);
+  if (s.ok()) s = CheckRecordFor(reservation, IdempotencyRecord::State::kReserved);
+  if (!s.ok()) return handler(s, Reservation{});
+  Run([this, key = std::move(key), reservation = std::move(reservation),
+       handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), Reservation{});
+    Reservation answer;
+    RecordDecision change;
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(map_mu_);
+      st = DecideReserve(StoredRecord(key), reservation, &answer, &change);
+      if (st.ok()) Apply(key, change);
+    }
+    handler(st, std::move(answer));
+  });
+}
+
+void MemoryStore::FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
+                            ChangeHandler handler) {
+  Status s = CheckRecordKey(key);
+  if (s.ok()) s = CheckRecordFor(finished, IdempotencyRecord::State::kFinished);
+  if (!s.ok()) return handler(s, false);
+  Run([this, key = std::move(key), finished = std::move(finished), now_ms,
+       handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), false);
+    RecordDecision change;
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(map_mu_);
+      st = DecideFinish(StoredRecord(key), finished, now_ms, &change);
+      if (st.ok()) Apply(key, change);
+    }
+    handler(st, st.ok() && change.apply);
+  });
+}
+
+void MemoryStore::ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) {
+  Status s = CheckRecordKey(key);
+  if (!s.ok()) return handler(s, false);
+  Run([this, key = std::move(key), owner, handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), false);
+    RecordDecision change;
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(map_mu_);
+      st = DecideRelease(StoredRecord(key), owner, &change);
+      if (st.ok()) Apply(key, change);
+    }
+    handler(st, st.ok() && change.apply);
+  });
+}
+
+void MemoryStore::LookupKey(std::string key, int64_t now_ms, LookupHandler handler) {
+  Status s = CheckRecordKey(key);
+  if (!s.ok()) return handler(s, std::nullopt);
+  Run([this, key = std::move(key), now_ms, handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), std::nullopt);
+    std::optional<IdempotencyRecord> answer;
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(map_mu_);
+      st = DecideLookup(StoredRecord(key), now_ms, &answer);
+    }
+    handler(st, std::move(answer));
+  });
+}
+
+size_t MemoryStore::SweepRecords(int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(map_mu_);
+  size_t removed = 0;
+  for (auto it = records_.begin(); it != records_.end();) {
+    std::optional<IdempotencyRecord> live;
+    if (DecideLookup(it->second, now_ms, &live).ok() && !live) {
+      it = records_.erase(it);
+      ++removed;
+    } else {
+      ++it;
+    }
+  }
+  return removed;
+}
+
+size_t MemoryStore::RecordCount() {
+  std::lock_guard<std::mutex> lock(map_mu_);
+  return records_.size();
+}
+
 }  // namespace fencegate::storage

@@ -31,10 +31,12 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "storage/idempotency_store.h"
 #include "storage/token_store.h"
 
 namespace fencegate::storage {
@@ -45,7 +47,7 @@ struct MemoryStoreOptions {
   bool answer_on_caller = false;
 };
 
-class MemoryStore : public TokenStore {
+class MemoryStore : public TokenStore, public IdempotencyStore {
  public:
   // Longest key accepted, as RocksDbStore::kMaxKeyBytes; longer keys answer
   // InvalidArgument at once.
@@ -63,6 +65,22 @@ class MemoryStore : public TokenStore {
   void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
   void Get(std::string key, GetHandler handler) override;
+
+  // Idempotency records (idempotency_store.h), decided in the same call
+  // order as the calls above and stored encoded, as a disk engine keeps
+  // them. Expired records stay until SweepRecords removes them.
+  IdempotencyStore* Idempotency() override { return this; }
+  void ReserveKey(std::string key, IdempotencyRecord reservation,
+                  ReserveHandler handler) override;
+  void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
+                 ChangeHandler handler) override;
+  void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
+  // Removes the records that are not live at now_ms; returns how many. On
+  // the caller's thread, at once.
+  size_t SweepRecords(int64_t now_ms);
+  // Records held, expired ones included.
+  size_t RecordCount();
 
   // Ok while open, Unavailable after Close().
   Status Health() const override;
@@ -99,6 +117,10 @@ class MemoryStore : public TokenStore {
   // answer_on_caller, the callers, one at a time.
   std::mutex map_mu_;
   std::map<std::string, uint64_t, std::less<>> map_;  // guarded by map_mu_
+  std::map<std::string, std::string, std::less<>> records_;  // guarded by map_mu_; encoded
+  // Applies an engine-neutral decision to records_ (map_mu_ held).
+  void Apply(const std::string& key, RecordDecision& change);
+  std::optional<std::string> StoredRecord(const std::string& key);  // map_mu_ held
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;     // the store's thread: a task or closing

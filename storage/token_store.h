@@ -65,6 +65,8 @@ inline constexpr size_t kMaxBatchItems = 64;
 // ok.
 Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes);
 
+class IdempotencyStore;
+
 class TokenStore {
  public:
   using FenceHandler = std::function<void(const Status&, Fence)>;
@@ -102,6 +104,10 @@ class TokenStore {
 
   // Reads the stored maximum; nullopt when the key was never seen.
   virtual void Get(std::string key, GetHandler handler) = 0;
+
+  // The engine's idempotency records (idempotency_store.h), or nullptr for
+  // an engine that keeps none. The pointer lives as long as the store.
+  virtual IdempotencyStore* Idempotency() { return nullptr; }
 
   // Cheap readiness probe: ok while the store can serve reads and writes.
   // Does not block on I/O (reports the last known state).

@@ -26,7 +26,7 @@ BUILD="${FENCEGATE_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-15}"
 JOBS="${FUZZ_JOBS:-2}"
 ALL_TARGETS=(request canonical_path token config lock_request admin_request upstream_response
-  fence_ops)
+  fence_ops idempotency_record)
 
 TARGETS=()
 for arg in "$@"; do
