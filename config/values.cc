@@ -94,6 +94,16 @@ std::string_view ToString(RouteMode mode) {
   return "?";
 }
 
+std::string_view ToString(IdempotencyConcurrency concurrent) {
+  switch (concurrent) {
+    case IdempotencyConcurrency::kConflict:
+      return "conflict";
+    case IdempotencyConcurrency::kWait:
+      return "wait";
+  }
+  return "?";
+}
+
 std::string_view ToString(TlsVersion version) {
   switch (version) {
     case TlsVersion::kTls12:
