@@ -17,6 +17,8 @@
 #include <system_error>
 #include <vector>
 
+#include "config/idempotency.h"
+#include "config/internal.h"
 #include "config/readers.h"
 #include "config/yaml_reader.h"
 
@@ -26,7 +28,9 @@ namespace {
 using internal::Field;
 using internal::YamlReader;
 
-LoadResult LoadChecked(std::string_view yaml, const std::string& name) {
+// `refuse_planned`: refuse the validated settings of planned features
+// (idempotency) after every other check, as Load() does.
+LoadResult LoadChecked(std::string_view yaml, const std::string& name, bool refuse_planned) {
   YamlReader reader(name);
   std::vector<YAML::Node> docs;
   try {
@@ -64,21 +68,36 @@ LoadResult LoadChecked(std::string_view yaml, const std::string& name) {
   if (!internal::ReadRoot(reader, Field{root, "", internal::LineOf(root, 1)}, &config)) {
     return ConfigError{reader.error()};
   }
+  if (refuse_planned && !internal::RefuseIdempotencyUntilBuilt(reader, config.routes)) {
+    return ConfigError{reader.error()};
+  }
   return config;
 }
 
-}  // namespace
-
-LoadResult LoadFromString(std::string_view yaml, std::string_view name) {
+LoadResult LoadGuarded(std::string_view yaml, std::string_view name, bool refuse_planned) {
   std::string file(name);
   try {
-    return LoadChecked(yaml, file);
+    return LoadChecked(yaml, file, refuse_planned);
   } catch (const std::exception& e) {
     return ConfigError{file + ": internal error while reading the configuration: " + e.what()};
   } catch (...) {
     return ConfigError{file + ": internal error while reading the configuration"};
   }
 }
+
+}  // namespace
+
+LoadResult LoadFromString(std::string_view yaml, std::string_view name) {
+  return LoadGuarded(yaml, name, true);
+}
+
+namespace internal {
+
+LoadResult LoadFromStringKeepingPlanned(std::string_view yaml, std::string_view name) {
+  return LoadGuarded(yaml, name, false);
+}
+
+}  // namespace internal
 
 LoadResult Load(const std::string& path) {
   try {

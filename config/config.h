@@ -98,6 +98,26 @@ struct FencingConfig {
 enum class RouteMode { kEnforce, kShadow, kOff };
 std::string_view ToString(RouteMode mode);  // "enforce" | "shadow" | "off"
 
+// A route's `idempotency:` mapping (docs/contract.md, "Idempotency keys";
+// planned: Load() validates it, then refuses it until the feature is built).
+enum class IdempotencyConcurrency { kConflict, kWait };
+std::string_view ToString(IdempotencyConcurrency concurrent);  // "conflict" | "wait"
+
+struct IdempotencyConfig {
+  Duration window{0};                      // required: how long a finished request is remembered
+  std::string header = "Idempotency-Key";  // the request header carrying the key
+  bool required = false;                   // true: a write without the header is 400
+  std::string scope;                       // key template scoping the key; "" = none
+  IdempotencyConcurrency concurrent = IdempotencyConcurrency::kConflict;
+  uint64_t max_response_bytes = 1048576;   // the most response body kept for replay
+  // A reservation whose request never finished is released after this.
+  // Default 60s, or the window when that is shorter.
+  Duration in_flight_timeout{60000};
+  int line = 0;                            // line of the route's idempotency field
+
+  bool operator==(const IdempotencyConfig&) const = default;
+};
+
 struct RouteConfig {
   std::string name;          // default "route-<index>"
   std::string path_prefix;   // exactly one of path_prefix / path_regex
@@ -112,8 +132,7 @@ struct RouteConfig {
   // keep (true: the parameters are part of the key).
   bool keep_path_params = false;
   bool case_insensitive = false;  // keys made from the lower-cased path
-  // nullopt = off (docs/contract.md, "Idempotency keys"; planned)
-  std::optional<Duration> idempotency;
+  std::optional<IdempotencyConfig> idempotency;  // nullopt = off (the default)
   int line = 0;              // line of the route in the file, for messages
 
   bool operator==(const RouteConfig&) const = default;

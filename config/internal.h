@@ -1,8 +1,12 @@
 #pragma once
 // Helpers shared by the config sources; not part of the public interface.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "config/config.h"
 
 namespace fencegate::config::internal {
 
@@ -15,5 +19,19 @@ bool IsHttpToken(std::string_view text);
 // `has_regex` is false for a path_prefix route, where {N} is not allowed.
 // Returns "" when valid, otherwise a description of the first problem.
 std::string ValidateKeyTemplate(std::string_view key, unsigned capture_count, bool has_regex);
+
+// Reads and validates `yaml` as LoadFromString() does, but keeps the
+// settings of planned features (a route's idempotency) instead of refusing
+// them: how tests see what those settings parse to before the features
+// exist. Not for the product, which must refuse them.
+LoadResult LoadFromStringKeepingPlanned(std::string_view yaml, std::string_view name);
+
+// "65536", "512KiB", "1MiB", "2GiB" -> bytes: plain digits are bytes, a
+// suffix KiB, MiB or GiB multiplies by 1024, 1024^2 or 1024^3. No sign,
+// space, fraction or decimal unit (kB, MB: 1000 or 1024 would be a guess).
+// nullopt when malformed or above what uint64_t holds.
+std::optional<uint64_t> ParseSize(std::string_view text);
+// `bytes` in the largest binary unit that divides it: "64MiB", "1500".
+std::string FormatSize(uint64_t bytes);
 
 }  // namespace fencegate::config::internal

@@ -1,5 +1,6 @@
 // The `routes:` list: matching (prefix or regex), methods, key template,
-// mode and idempotency window of every route, and unique route names.
+// mode and idempotency (idempotency.cc) of every route, and unique route
+// names.
 
 #include "config/routes.h"
 
@@ -9,6 +10,7 @@
 #include <regex>
 #include <string>
 
+#include "config/idempotency.h"
 #include "config/internal.h"
 
 namespace fencegate::config::internal {
@@ -104,7 +106,6 @@ std::string_view TypoOf(std::string_view method) {
 }
 constexpr std::string_view kKeyExpected =
     "literal text with {path}, {1}..{9} (regex captures) or {header:Name}";
-constexpr std::string_view kIdempotencyExpected = "off or a window such as 10m or 24h";
 
 bool HasControl(std::string_view text) {
   return std::any_of(text.begin(), text.end(), [](char c) {
@@ -150,6 +151,7 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
   std::optional<Field> prefix_field;
   std::optional<Field> regex_field;
   std::optional<Field> key_field;
+  std::optional<Field> scope_field;  // routes[i].idempotency.scope
   unsigned capture_count = 0;
 
   bool ok = r.Map(f, Keys{
@@ -212,20 +214,7 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
        }},
       {"case_insensitive", [&](const Field& v) { return r.Bool(v, &route->case_insensitive); }},
       {"idempotency", [&](const Field& v) {
-         std::string text;
-         if (!r.NonEmptyString(v, kIdempotencyExpected, &text)) return false;
-         if (text == "off") {
-           route->idempotency = std::nullopt;
-           return true;
-         }
-         std::optional<Duration> window = ParseDuration(text);
-         if (!window || window->count() <= 0) {
-           return r.Fail(v, "'" + text + "' is neither off nor a positive duration",
-                         kIdempotencyExpected);
-         }
-         // Accepted only when the feature exists: a route that asks for it
-         // must not run without it.
-         return r.Fail(v, "idempotency keys are not built in this version", "off");
+         return ReadIdempotency(r, v, &route->idempotency, &scope_field);
        }},
   });
   if (!ok) return false;
@@ -239,10 +228,18 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
     return r.Fail(f, "has neither path_prefix nor path_regex",
                   "exactly one of path_prefix or path_regex");
   }
-  std::string problem = ValidateKeyTemplate(route->key, capture_count, regex_field.has_value());
-  if (!problem.empty()) {
-    Field where = key_field ? *key_field : f.Child(f.node, "key", f.line);
-    return r.Fail(where, "'" + route->key + "' " + problem, kKeyExpected);
+  // The key and the idempotency scope are templates of one grammar, with
+  // the route's regex groups.
+  auto check_template = [&](const std::string& text, const Field& where) {
+    std::string problem = ValidateKeyTemplate(text, capture_count, regex_field.has_value());
+    return problem.empty() || r.Fail(where, "'" + text + "' " + problem, kKeyExpected);
+  };
+  if (!check_template(route->key, key_field ? *key_field : f.Child(f.node, "key", f.line))) {
+    return false;
+  }
+  // An empty scope is the default: keys are not scoped.
+  if (route->idempotency && !route->idempotency->scope.empty() && scope_field) {
+    return check_template(route->idempotency->scope, *scope_field);
   }
   return true;
 }

@@ -1,5 +1,5 @@
-// Scalar value parsers: durations, listen endpoints, HTTP tokens and key
-// templates. Pure functions, no YAML; Load() builds on them.
+// Scalar value parsers: durations, sizes, listen endpoints, HTTP tokens and
+// key templates. Pure functions, no YAML; Load() builds on them.
 
 #include <arpa/inet.h>
 
@@ -94,6 +94,16 @@ std::string_view ToString(RouteMode mode) {
   return "?";
 }
 
+std::string_view ToString(IdempotencyConcurrency concurrent) {
+  switch (concurrent) {
+    case IdempotencyConcurrency::kConflict:
+      return "conflict";
+    case IdempotencyConcurrency::kWait:
+      return "wait";
+  }
+  return "?";
+}
+
 std::string_view ToString(TlsVersion version) {
   switch (version) {
     case TlsVersion::kTls12:
@@ -175,6 +185,47 @@ bool IsHttpToken(std::string_view text) {
     if (!ok) return false;
   }
   return true;
+}
+
+namespace {
+
+struct SizeUnit {
+  std::string_view name;
+  uint64_t bytes;
+};
+// Largest first, for FormatSize.
+constexpr SizeUnit kSizeUnits[] = {
+    {"GiB", uint64_t{1} << 30},
+    {"MiB", uint64_t{1} << 20},
+    {"KiB", uint64_t{1} << 10},
+};
+
+}  // namespace
+
+std::optional<uint64_t> ParseSize(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && IsDigit(text[digits])) ++digits;
+  if (digits == 0) return std::nullopt;
+  uint64_t amount = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, amount);
+  if (ec != std::errc() || ptr != text.data() + digits) return std::nullopt;  // overflow
+  std::string_view suffix = text.substr(digits);
+  if (suffix.empty()) return amount;
+  for (const SizeUnit& unit : kSizeUnits) {
+    if (suffix != unit.name) continue;
+    if (amount > std::numeric_limits<uint64_t>::max() / unit.bytes) return std::nullopt;
+    return amount * unit.bytes;
+  }
+  return std::nullopt;
+}
+
+std::string FormatSize(uint64_t bytes) {
+  for (const SizeUnit& unit : kSizeUnits) {
+    if (bytes != 0 && bytes % unit.bytes == 0) {
+      return std::to_string(bytes / unit.bytes) + std::string(unit.name);
+    }
+  }
+  return std::to_string(bytes);
 }
 
 std::string ValidateKeyTemplate(std::string_view key, unsigned capture_count, bool has_regex) {

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <set>
 
+#include "config/internal.h"
+
 namespace fencegate::config::internal {
 namespace {
 
@@ -171,6 +173,19 @@ bool YamlReader::PositiveDuration(const Field& field, Duration* out) {
   if (!parsed) return Fail(field, "'" + value + "' is not a duration", kExpected);
   if (parsed->count() <= 0) return Fail(field, "'" + value + "' is zero", kExpected);
   *out = *parsed;
+  return true;
+}
+
+bool YamlReader::Size(const Field& field, uint64_t min, uint64_t max, uint64_t* out) {
+  const std::string expected = "a size such as 65536, 512KiB or 1MiB, from " + FormatSize(min) +
+                               " to " + FormatSize(max);
+  std::string value;
+  if (!Scalar(field, expected, &value)) return false;
+  std::optional<uint64_t> bytes = ParseSize(value);
+  if (!bytes) return Fail(field, "'" + value + "' is not a size", expected);
+  if (*bytes < min) return Fail(field, "'" + value + "' is less than " + FormatSize(min), expected);
+  if (*bytes > max) return Fail(field, "'" + value + "' is more than " + FormatSize(max), expected);
+  *out = *bytes;
   return true;
 }
 

@@ -60,6 +60,8 @@ class YamlReader {
   bool Bool(const Field& field, bool* out);
   bool Unsigned(const Field& field, uint64_t min, uint64_t max, uint64_t* out);
   bool PositiveDuration(const Field& field, Duration* out);
+  // A size (ParseSize: "65536", "512KiB", "1MiB") from min to max bytes.
+  bool Size(const Field& field, uint64_t min, uint64_t max, uint64_t* out);
   // One of `choices`, case-sensitive.
   bool Choice(const Field& field, std::initializer_list<std::string_view> choices,
               std::string* out);

@@ -1,4 +1,5 @@
-// routes[i]: matching, methods, mode, idempotency, names and lines.
+// routes[i]: matching, methods, mode, names and lines (idempotency:
+// idempotency_test.cc).
 
 #include <gtest/gtest.h>
 
@@ -165,22 +166,6 @@ TEST(RoutesTest, Modes) {
                       "expected enforce, shadow or off"));
   EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    mode: false\n"), 4, "routes[0].mode",
                       "'false' is not allowed"));
-}
-
-TEST(RoutesTest, Idempotency) {
-  Config c = MustLoad(Routes("  - {path_prefix: /a, idempotency: off}\n"));
-  ASSERT_EQ(c.routes.size(), 1u);
-  EXPECT_EQ(c.routes[0].idempotency, std::nullopt);
-  // A window asks for a feature this version does not have: refused, never
-  // ignored, so a route never runs without the protection it asks for.
-  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    idempotency: 10m\n"), 4,
-                      "routes[0].idempotency", "not built in this version (expected off)"));
-  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    idempotency: 24\n"), 4,
-                      "routes[0].idempotency", "expected off or a window"));
-  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    idempotency: 0s\n"), 4,
-                      "routes[0].idempotency", "neither off nor a positive duration"));
-  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    idempotency: no\n"), 4,
-                      "routes[0].idempotency", "'no'"));
 }
 
 TEST(RoutesTest, DuplicateNames) {
