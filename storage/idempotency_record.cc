@@ -189,4 +189,17 @@ Status DecodeIdempotencyRecord(std::string_view bytes, IdempotencyRecord* record
   return Status::Ok();
 }
 
+bool PeekIdempotencyExpiry(std::string_view bytes, int64_t* expires_ms) {
+  Reader r(bytes);
+  uint64_t format = 0;
+  uint64_t skip = 0;
+  uint64_t expires = 0;
+  if (!r.Int(1, &format) || format != kFormat || !r.Int(1, &skip) || !r.Int(8, &skip) ||
+      !r.Int(8, &skip) || !r.Int(8, &expires)) {
+    return false;
+  }
+  *expires_ms = static_cast<int64_t>(expires);
+  return true;
+}
+
 }  // namespace fencegate::storage

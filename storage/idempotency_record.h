@@ -72,5 +72,8 @@ inline constexpr size_t kMaxStoredBodyBytes = size_t{64} << 20;
 
 std::string EncodeIdempotencyRecord(const IdempotencyRecord& record);
 Status DecodeIdempotencyRecord(std::string_view bytes, IdempotencyRecord* record);
+// The expiry of an encoded record without decoding the rest, for a sweep
+// over many records: false when the bytes do not begin as a record does.
+bool PeekIdempotencyExpiry(std::string_view bytes, int64_t* expires_ms);
 
 }  // namespace fencegate::storage

@@ -98,8 +98,14 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     return Status::Ok();
   };
 
+  RecordsSeen records_seen;  // only for a batch that changes a record
   for (size_t i = 0; i < batch.size(); ++i) {
     WriteRequest& r = batch[i];
+    if (r.record) {
+      Status s = DecideRecord(r, from_caller, records_seen, changes, outcomes[i]);
+      if (from_caller && s.code() == Status::Code::kBusy) return false;
+      continue;
+    }
     if (r.batch) {
       // AdvanceAll: decided whole, like one request, or refused whole.
       std::vector<KeyToken>& items = r.batch->items;
@@ -135,7 +141,8 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
       }
       if (!put.ok()) {
         (void)changes.RollbackToSavePoint();
-        outcomes[i] = Outcome{std::move(put), Fence{}, BatchFence{}};
+        outcomes[i] = Outcome{};
+        outcomes[i].status = std::move(put);
         continue;
       }
       (void)changes.PopSavePoint();
@@ -204,7 +211,10 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     }
   }
   if (!failed.ok()) {
-    for (Outcome& o : outcomes) o = Outcome{failed, Fence{}, BatchFence{}};
+    for (Outcome& o : outcomes) {
+      o = Outcome{};
+      o.status = failed;
+    }
   }
   // A batch of big keys does not keep its buffer for the writes after it.
   if (changes.GetDataSize() > kKeptBatchBytes) changes_ = std::make_unique<rocksdb::WriteBatch>();

@@ -3,13 +3,20 @@
 
 #include "storage/rocksdb_options.h"
 
+#include <chrono>
 #include <memory>
+#include <string>
+#include <string_view>
 
+#include <rocksdb/compaction_filter.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/memtablerep.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
+
+#include "storage/idempotency_record.h"
+#include "storage/rocksdb_support.h"
 
 namespace fencegate::storage::rocksdb_support {
 namespace {
@@ -23,6 +30,29 @@ class ManualRecovery : public rocksdb::EventListener {
                             bool* auto_recovery) override {
     bg_error.PermitUncheckedError();
     *auto_recovery = false;
+  }
+};
+
+// Drops the idempotency records whose reservation or window has ended by
+// the time a compaction reads them: they already read as absent
+// (idempotency_store.h), and dropping them bounds the disk they take to
+// what the windows keep. Token keys and records that do not begin as a
+// record does are kept (a read reports the damage). Compactions run on
+// RocksDB's background threads, never on a request's.
+class RecordExpiry : public rocksdb::CompactionFilter {
+ public:
+  const char* Name() const override { return "FencegateRecordExpiry"; }
+  bool Filter(int /*level*/, const rocksdb::Slice& key, const rocksdb::Slice& value,
+              std::string* /*new_value*/, bool* /*value_changed*/) const override {
+    if (!IsRecordKey(std::string_view(key.data(), key.size()))) return false;
+    int64_t expires_ms = 0;
+    if (!PeekIdempotencyExpiry(std::string_view(value.data(), value.size()), &expires_ms)) {
+      return false;
+    }
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    return expires_ms <= now_ms;
   }
 };
 
@@ -94,6 +124,10 @@ rocksdb::Options MakeOptions(const RocksDbStoreOptions& options) {
     o.prefix_extractor.reset(rocksdb::NewNoopTransform());
     o.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(options.memtable_buckets));
   }
+  // Stateless and thread-safe: one for every compaction, alive as long as
+  // the process.
+  static const RecordExpiry kRecordExpiry;
+  o.compaction_filter = &kRecordExpiry;
   o.keep_log_file_num = 5;  // RocksDB's own info LOG files
   o.max_log_file_size = 8 << 20;
 

@@ -17,8 +17,10 @@ namespace fencegate::storage {
 
 using rocksdb_support::DecodeToken;
 using rocksdb_support::FromRocks;
+using rocksdb_support::IsRecordKey;
 using rocksdb_support::kTokenBytes;
 using rocksdb_support::Printable;
+using rocksdb_support::RecordKeyRefused;
 
 RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::DB> db)
     : options_(options),
@@ -54,11 +56,21 @@ void RocksDbStore::Raise(std::string key, uint64_t token,
 }
 
 void RocksDbStore::Get(std::string key, GetHandler handler) {
-  Status rejected;
   if (key.size() > kMaxKeyBytes) {
-    rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
-                                       " bytes, the limit is 1024");
-  } else {
+    return handler(Status::InvalidArgument("key is " + std::to_string(key.size()) +
+                                           " bytes, the limit is 1024"),
+                   std::nullopt);
+  }
+  if (IsRecordKey(key)) return handler(RecordKeyRefused(), std::nullopt);
+  ReadRequest r;
+  r.key = std::move(key);
+  r.handler = std::move(handler);
+  SubmitRead(std::move(r));
+}
+
+void RocksDbStore::SubmitRead(ReadRequest request) {
+  Status rejected;
+  {
     std::unique_lock<std::mutex> lock(mu_);
     if (lane_.closing) {
       rejected = Status::Unavailable("token store is closed");
@@ -67,13 +79,14 @@ void RocksDbStore::Get(std::string key, GetHandler handler) {
                                      std::to_string(read_queue_.size()) +
                                      " pending)");
     } else {
-      read_queue_.push_back(ReadRequest{std::move(key), std::move(handler)});
+      read_queue_.push_back(std::move(request));
       lock.unlock();
       reader_cv_.notify_one();
       return;
     }
   }
-  handler(rejected, std::nullopt);
+  if (request.lookup) return request.lookup(rejected, std::nullopt);
+  request.handler(rejected, std::nullopt);
 }
 
 Status RocksDbStore::Health() const {
@@ -122,6 +135,7 @@ Status RocksDbStore::ForEach(const Visitor& visit) {
   ro.total_order_seek = true;  // a hash memtable iterates in order only when asked
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (IsRecordKey(std::string_view(it->key().data(), it->key().size()))) continue;
     std::string key = it->key().ToString();
     rocksdb::Slice raw = it->value();
     if (raw.size() != kTokenBytes) {
@@ -147,6 +161,10 @@ void RocksDbStore::ReaderLoop() {
       pending.swap(read_queue_);
     }
     for (ReadRequest& r : pending) {
+      if (r.lookup) {
+        AnswerLookup(r);
+        continue;
+      }
       bool present = false;
       uint64_t value = 0;
       Status s = ReadToken(r.key, &present, &value, /*cache_only=*/false, /*on_lane=*/false);

@@ -28,9 +28,12 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "storage/idempotency_store.h"
 #include "storage/rocksdb_writer.h"
 #include "storage/token_store.h"
 
@@ -91,7 +94,7 @@ struct StoreStats {
   uint64_t flushes = 0;  // memtable flushes asked for by wal_bytes_per_flush
 };
 
-class RocksDbStore : public TokenStore {
+class RocksDbStore : public TokenStore, public IdempotencyStore {
  public:
   // Longest key accepted; longer keys answer InvalidArgument immediately.
   static constexpr size_t kMaxKeyBytes = 1024;
@@ -141,6 +144,19 @@ class RocksDbStore : public TokenStore {
   // stored value that is not 8 bytes reports Corruption.
   void Get(std::string key, GetHandler handler) override;
 
+  // Idempotency records (idempotency_store.h, rocksdb_records.cc). A
+  // record's Reserve, Finish and Release are requests of the writer lane
+  // like Advance: same order, batches, durability and failure; a Lookup is
+  // the reader thread's, like Get. Token keys may not begin with the
+  // records' prefix (rocksdb_support::kRecordPrefix): InvalidArgument.
+  IdempotencyStore* Idempotency() override { return this; }
+  void ReserveKey(std::string key, IdempotencyRecord reservation,
+                  ReserveHandler handler) override;
+  void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
+                 ChangeHandler handler) override;
+  void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
+
   // Ok while open and the last DB::Write succeeded; the write error after a
   // failed write, until the writer has recovered (it retries every
   // recovery_interval while idle); Unavailable after Close(). Never does I/O.
@@ -178,13 +194,33 @@ class RocksDbStore : public TokenStore {
   struct ReadRequest {
     std::string key;
     GetHandler handler;
+    // A record's Lookup instead of a Get: key is the stored key.
+    LookupHandler lookup;
+    int64_t now_ms = 0;
   };
+  // A record's bytes as of the requests decided so far in a batch; the
+  // views point into the batch (see Decide).
+  using RecordsSeen = std::unordered_map<std::string_view, std::optional<std::string>>;
 
   RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::DB> db);
 
   // batch: an AdvanceAll (key, token and handler are then empty).
   void Enqueue(bool raise, std::string key, uint64_t token, FenceHandler handler,
                std::unique_ptr<BatchRequest> batch = nullptr);
+  // Queues a checked request on the lane, or decides it on the caller's
+  // thread (decide_on_caller), or answers it Unavailable.
+  void Submit(WriteRequest request);
+  // Queues a read for the reader thread, or answers it Unavailable.
+  void SubmitRead(ReadRequest request);
+  // Decides a record's change (Decide, holding the lane); Busy from_caller
+  // when the record is not cached (nothing decided).
+  Status DecideRecord(WriteRequest& r, bool from_caller, RecordsSeen& seen,
+                      rocksdb::WriteBatch& changes, Outcome& out);
+  // Reads a record's bytes (nullopt: none); cache_only and on_lane as
+  // ReadToken's.
+  Status ReadRecord(const std::string& stored_key, std::optional<std::string>* bytes,
+                    bool cache_only, bool on_lane) const;
+  void AnswerLookup(ReadRequest& r);  // reader thread
   // Holding the lane, on the caller's thread: decides `request` (or queues
   // it for the writer), then at most one batch that others queued
   // meanwhile, then lets go of the lane.

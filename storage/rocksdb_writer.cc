@@ -1,4 +1,4 @@
-// RocksDbStore's write side: where a request goes (Enqueue), deciding on
+// RocksDbStore's write side: where a request goes (Enqueue, Submit), deciding on
 // the caller's thread (DecideOnCaller), the writer thread's group-commit
 // loop (WriterLoop, CommitBatch) and its memtable switches (FlushIfDue).
 // What a batch's decision is: rocksdb_decide.cc.
@@ -11,44 +11,66 @@
 #include <rocksdb/db.h>
 
 #include "storage/rocksdb_store.h"
+#include "storage/rocksdb_support.h"
 
 namespace fencegate::storage {
 
 using rocksdb_support::Answer;
+using rocksdb_support::IsRecordKey;
+using rocksdb_support::RecordKeyRefused;
 
 void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token, FenceHandler handler,
                            std::unique_ptr<BatchRequest> batch) {
   Status rejected;
   if (batch) {
     rejected = CheckBatchItems(batch->items, kMaxKeyBytes);
+    for (size_t i = 0; i < batch->items.size() && rejected.ok(); ++i) {
+      if (IsRecordKey(batch->items[i].key)) rejected = RecordKeyRefused();
+    }
   } else if (key.size() > kMaxKeyBytes) {
     rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
                                        " bytes, the limit is 1024");
+  } else if (IsRecordKey(key)) {
+    rejected = RecordKeyRefused();
   }
-  if (rejected.ok()) {
+  if (!rejected.ok()) {
+    if (batch) return batch->handler(rejected, BatchFence{});
+    return handler(rejected, Fence{});
+  }
+  WriteRequest request;
+  request.raise = raise;
+  request.key = std::move(key);
+  request.token = token;
+  request.handler = std::move(handler);
+  request.batch = std::move(batch);
+  Submit(std::move(request));
+}
+
+void RocksDbStore::Submit(WriteRequest request) {
+  Status rejected;
+  {
     std::unique_lock<std::mutex> lock(mu_);
     if (lane_.closing) {
       rejected = Status::Unavailable("token store is closed");
     } else if (decide_on_caller_ && lane_.TakeForCaller()) {
       // Async durability and nobody deciding: decide on this thread.
       lock.unlock();
-      DecideOnCaller(
-          WriteRequest{raise, std::move(key), token, std::move(handler), std::move(batch)});
+      DecideOnCaller(std::move(request));
       return;
     } else if (lane_.queue.size() >= options_.max_queued) {
       rejected = Status::Unavailable("token store write queue is full (" +
                                      std::to_string(lane_.queue.size()) +
                                      " pending)");
     } else {
-      const bool wake = lane_.Queue(
-          WriteRequest{raise, std::move(key), token, std::move(handler), std::move(batch)});
+      const bool wake = lane_.Queue(std::move(request));
       lock.unlock();
       if (wake) writer_cv_.notify_one();
       return;
     }
   }
-  if (batch) return batch->handler(rejected, BatchFence{});
-  handler(rejected, Fence{});
+  Outcome outcome;
+  outcome.status = std::move(rejected);
+  Answer(request, outcome);
 }
 
 void RocksDbStore::DecideOnCaller(WriteRequest request) {

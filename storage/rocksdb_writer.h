@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "storage/idempotency_store.h"
 #include "storage/token_store.h"
 
 namespace fencegate::storage::rocksdb_support {
@@ -25,23 +26,44 @@ struct BatchRequest {
   TokenStore::BatchFenceHandler handler;
 };
 
+// A change to an idempotency record (idempotency_store.h): the request's
+// key is the record's stored key (kRecordPrefix and the caller's key).
+struct RecordRequest {
+  enum class Kind { kReserve, kFinish, kRelease };
+  Kind kind = Kind::kReserve;
+  IdempotencyRecord record;  // kReserve: the reservation; kFinish: the result
+  uint64_t owner = 0;        // kRelease
+  int64_t now_ms = 0;        // kFinish
+  IdempotencyStore::ReserveHandler reserve_handler;  // kReserve
+  IdempotencyStore::ChangeHandler change_handler;    // kFinish, kRelease
+};
+
 struct WriteRequest {
   bool raise = false;  // Raise (never refuses) instead of Advance
   std::string key;
   uint64_t token = 0;
   TokenStore::FenceHandler handler;
   std::unique_ptr<BatchRequest> batch;  // AdvanceAll: key, token, handler unused
+  std::unique_ptr<RecordRequest> record;  // a record's change: token, handler unused
 };
 
 struct Outcome {
   Status status;
   Fence fence;
   BatchFence batch;  // AdvanceAll's
+  Reservation reservation;  // a record's Reserve
+  bool applied = false;     // a record's Finish or Release
 };
 
-// Runs r's handler (Advance/Raise or AdvanceAll) with its outcome.
+// Runs r's handler (Advance/Raise, AdvanceAll or a record's) with its outcome.
 inline void Answer(WriteRequest& r, Outcome& o) {
   if (r.batch) return r.batch->handler(o.status, std::move(o.batch));
+  if (r.record) {
+    if (r.record->kind == RecordRequest::Kind::kReserve) {
+      return r.record->reserve_handler(o.status, std::move(o.reservation));
+    }
+    return r.record->change_handler(o.status, o.applied);
+  }
   r.handler(o.status, o.fence);
 }
 

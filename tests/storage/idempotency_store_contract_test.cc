@@ -16,9 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include <rocksdb/db.h>
+
 #include "storage/idempotency_store.h"
 #include "storage/memory_store.h"
+#include "storage/rocksdb_options.h"
+#include "storage/rocksdb_store.h"
 #include "storage/token_store.h"
+#include "tests/storage/test_util.h"
 
 namespace fencegate::storage {
 namespace {
@@ -29,17 +34,26 @@ constexpr int64_t kNow = 1'780'000'000'000;
 constexpr int64_t kInFlight = 60'000;
 constexpr int64_t kWindow = 86'400'000;
 
+using testing::OpenRocks;
+using testing::TempDir;
+
 struct Engine {
   std::string name;
-  std::function<std::unique_ptr<TokenStore>()> open;
+  std::function<std::unique_ptr<TokenStore>(const std::string& dir)> open;
 };
 void PrintTo(const Engine& engine, std::ostream* os) { *os << engine.name; }
 
 std::vector<Engine> Engines() {
   return {
-      {"Memory", [] { return std::make_unique<MemoryStore>(); }},
+      {"Memory", [](const std::string&) { return std::make_unique<MemoryStore>(); }},
       {"MemoryOnCaller",
-       [] { return std::make_unique<MemoryStore>(MemoryStoreOptions{.answer_on_caller = true}); }},
+       [](const std::string&) {
+         return std::make_unique<MemoryStore>(MemoryStoreOptions{.answer_on_caller = true});
+       }},
+      {"RocksDbSync",
+       [](const std::string& dir) { return OpenRocks(dir + "/db", Durability::kSync); }},
+      {"RocksDbAsync",
+       [](const std::string& dir) { return OpenRocks(dir + "/db", Durability::kAsync); }},
   };
 }
 
@@ -68,7 +82,7 @@ IdempotencyRecord Finished(uint64_t owner, int64_t now = kNow) {
 class IdempotencyStoreContract : public ::testing::TestWithParam<Engine> {
  protected:
   void SetUp() override {
-    store_ = GetParam().open();
+    store_ = GetParam().open(dir_.path());
     ASSERT_NE(store_, nullptr);
     records_ = store_->Idempotency();
     ASSERT_NE(records_, nullptr);
@@ -102,7 +116,8 @@ class IdempotencyStoreContract : public ::testing::TestWithParam<Engine> {
     return p.get_future().get();
   }
 
-  std::unique_ptr<TokenStore> store_;
+  TempDir dir_;
+  std::unique_ptr<TokenStore> store_;  // after dir_: closed before it goes
   IdempotencyStore* records_ = nullptr;
 };
 
