@@ -141,8 +141,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
       }
       if (!put.ok()) {
         (void)changes.RollbackToSavePoint();
-        outcomes[i] = Outcome{};
-        outcomes[i].status = std::move(put);
+        outcomes[i] = Outcome{std::move(put), Fence{}, BatchFence{}};
         continue;
       }
       (void)changes.PopSavePoint();
@@ -211,10 +210,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     }
   }
   if (!failed.ok()) {
-    for (Outcome& o : outcomes) {
-      o = Outcome{};
-      o.status = failed;
-    }
+    for (Outcome& o : outcomes) o = Outcome{failed, Fence{}, BatchFence{}};
   }
   // A batch of big keys does not keep its buffer for the writes after it.
   if (changes.GetDataSize() > kKeptBatchBytes) changes_ = std::make_unique<rocksdb::WriteBatch>();

@@ -124,10 +124,11 @@ Status RocksDbStore::DecideRecord(WriteRequest& r, bool from_caller, RecordsSeen
   }
   RecordDecision change;
   Status s;
-  const RecordRequest& req = *r.record;
+  RecordRequest& req = *r.record;
+  req.applied = false;
   switch (req.kind) {
     case RecordRequest::Kind::kReserve:
-      s = DecideReserve(stored, req.record, &out.reservation, &change);
+      s = DecideReserve(stored, req.record, &req.reservation, &change);
       break;
     case RecordRequest::Kind::kFinish:
       s = DecideFinish(stored, req.record, req.now_ms, &change);
@@ -143,14 +144,13 @@ Status RocksDbStore::DecideRecord(WriteRequest& r, bool from_caller, RecordsSeen
   if (change.apply) {
     rocksdb::Status p = change.put ? changes.Put(r.key, *change.put) : changes.Delete(r.key);
     if (!p.ok()) {
-      out = Outcome{};
       out.status = FromRocks(p, "building write batch");
       return out.status;
     }
     stored = std::move(change.put);
   }
   seen[r.key] = std::move(stored);
-  out.applied = change.apply;
+  req.applied = change.apply;
   return Status::Ok();
 }
 

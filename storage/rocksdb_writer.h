@@ -36,6 +36,10 @@ struct RecordRequest {
   int64_t now_ms = 0;        // kFinish
   IdempotencyStore::ReserveHandler reserve_handler;  // kReserve
   IdempotencyStore::ChangeHandler change_handler;    // kFinish, kRelease
+  // What deciding it found: here rather than in Outcome, so that the
+  // tokens' outcomes stay small (a batch makes one per request).
+  Reservation reservation;  // kReserve
+  bool applied = false;     // kFinish, kRelease
 };
 
 struct WriteRequest {
@@ -51,18 +55,17 @@ struct Outcome {
   Status status;
   Fence fence;
   BatchFence batch;  // AdvanceAll's
-  Reservation reservation;  // a record's Reserve
-  bool applied = false;     // a record's Finish or Release
 };
 
 // Runs r's handler (Advance/Raise, AdvanceAll or a record's) with its outcome.
 inline void Answer(WriteRequest& r, Outcome& o) {
   if (r.batch) return r.batch->handler(o.status, std::move(o.batch));
-  if (r.record) {
-    if (r.record->kind == RecordRequest::Kind::kReserve) {
-      return r.record->reserve_handler(o.status, std::move(o.reservation));
+  if (r.record) {  // what it found counts only if its batch was written
+    RecordRequest& rr = *r.record;
+    if (rr.kind == RecordRequest::Kind::kReserve) {
+      return rr.reserve_handler(o.status, o.status.ok() ? std::move(rr.reservation) : Reservation{});
     }
-    return r.record->change_handler(o.status, o.applied);
+    return rr.change_handler(o.status, o.status.ok() && rr.applied);
   }
   r.handler(o.status, o.fence);
 }
