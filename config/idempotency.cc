@@ -11,6 +11,8 @@
 #include <string_view>
 #include <utility>
 
+#include <boost/algorithm/string/predicate.hpp>
+
 #include "config/internal.h"
 #include "config/readers.h"
 
@@ -62,14 +64,6 @@ constexpr Refused kRefusedHeaders[] = {
     {"Expect", "is answered by fencegate itself (100-continue)"},
 };
 
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; };
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) {
-           return lower(x) == lower(y);
-         });
-}
-
 // Sets *out to `window`, a positive duration read from `f`, within bounds.
 bool BoundWindow(YamlReader& r, const Field& f, Duration window, Duration* out) {
   if (window > kMaxWindow) {
@@ -86,7 +80,7 @@ bool ReadHeader(YamlReader& r, const Field& f, std::string* out) {
     return r.Fail(f, "'" + name + "' is not a valid header name", kHeaderExpected);
   }
   for (const Refused& refused : kRefusedHeaders) {
-    if (EqualsIgnoringCase(name, refused.name)) {
+    if (boost::algorithm::iequals(name, refused.name)) {
       return r.Fail(f, "'" + name + "' " + std::string(refused.why), kHeaderExpected);
     }
   }

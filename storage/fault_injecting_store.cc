@@ -206,6 +206,8 @@ void FaultInjectingStore::Get(std::string key, GetHandler handler) {
   });
 }
 
+IdempotencyStore* FaultInjectingStore::Idempotency() { return impl_->base->Idempotency(); }
+
 Status FaultInjectingStore::Health() const {
   if (!impl_->stopped.load()) {
     FaultSpec spec = impl_->Faults();

@@ -45,6 +45,9 @@ class FaultInjectingStore : public TokenStore {
   // With fail_reads: answers IoError("injected read fault") without calling
   // the base. Delay as for Advance.
   void Get(std::string key, GetHandler handler) override;
+  // The base's idempotency records, passed through: no fault is injected
+  // into them yet.
+  IdempotencyStore* Idempotency() override;
   // IoError("injected fault") while fail_writes or fail_reads is set (a delay
   // alone is not a fault); otherwise the base's Health().
   Status Health() const override;

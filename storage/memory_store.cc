@@ -9,10 +9,6 @@ namespace {
 
 Status Closed() { return Status::Unavailable("token store is closed"); }
 
-Status KeyTooLong(size_t bytes) {
-  return Status::InvalidArgument("key is " + std::to_string(bytes) + " bytes, the limit is " +
-                                 std::to_string(MemoryStore::kMaxKeyBytes));
-}
 
 }  // namespace
 
@@ -53,7 +49,7 @@ void MemoryStore::Run(Task task) {
 }
 
 void MemoryStore::Advance(std::string key, uint64_t token, FenceHandler handler) {
-  if (key.size() > kMaxKeyBytes) return handler(KeyTooLong(key.size()), Fence{});
+  if (Status s = CheckTokenKey(key, kMaxKeyBytes); !s.ok()) return handler(s, Fence{});
   Run([this, key = std::move(key), token, handler = std::move(handler)](bool closed) mutable {
     if (closed) return handler(Closed(), Fence{});
     DoAdvance(std::move(key), token, handler);
@@ -69,7 +65,7 @@ void MemoryStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler hand
 }
 
 void MemoryStore::Raise(std::string key, uint64_t token, FenceHandler handler) {
-  if (key.size() > kMaxKeyBytes) return handler(KeyTooLong(key.size()), Fence{});
+  if (Status s = CheckTokenKey(key, kMaxKeyBytes); !s.ok()) return handler(s, Fence{});
   Run([this, key = std::move(key), token, handler = std::move(handler)](bool closed) mutable {
     if (closed) return handler(Closed(), Fence{});
     DoRaise(std::move(key), token, handler);
@@ -77,7 +73,7 @@ void MemoryStore::Raise(std::string key, uint64_t token, FenceHandler handler) {
 }
 
 void MemoryStore::Get(std::string key, GetHandler handler) {
-  if (key.size() > kMaxKeyBytes) return handler(KeyTooLong(key.size()), std::nullopt);
+  if (Status s = CheckTokenKey(key, kMaxKeyBytes); !s.ok()) return handler(s, std::nullopt);
   Run([this, key = std::move(key), handler = std::move(handler)](bool closed) {
     if (closed) return handler(Closed(), std::nullopt);
     DoGet(key, handler);

@@ -2,8 +2,8 @@
 // MemoryStore: a TokenStore engine that keeps its map in memory, for tests,
 // as LevelDB's MemEnv is an Env for tests. It decides every call as the
 // RocksDB engine does (rocksdb_store.h): the same outcome for Advance,
-// AdvanceAll, Raise and Get, the same refusals (a key longer than
-// kMaxKeyBytes, CheckBatchItems), the same call order, Unavailable after
+// AdvanceAll, Raise and Get, the same refusals (CheckTokenKey,
+// CheckBatchItems), the same call order, Unavailable after
 // Close. tests/storage/token_store_contract_test.cc runs one suite over
 // both engines, so a test that passes on this one says something about the
 // other.

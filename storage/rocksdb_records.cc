@@ -2,10 +2,11 @@
 // through the writer lane as the tokens' do, so they are decided in call
 // order and committed in the same batches, with the same durability and
 // group commit; lookups go through the reader thread. Records live under
-// kRecordPrefix in the tokens' database (rocksdb_support.h); expired ones
+// kRecordKeyPrefix in the tokens' database (token_store.h); expired ones
 // are answered as absent, and the compaction filter (rocksdb_options.cc)
 // removes them.
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,7 +20,6 @@
 namespace fencegate::storage {
 
 using rocksdb_support::FromRocks;
-using rocksdb_support::kRecordPrefix;
 using rocksdb_support::Printable;
 using rocksdb_support::RecordRequest;
 
@@ -27,13 +27,20 @@ namespace {
 
 std::string StoredKey(const std::string& key) {
   std::string k;
-  k.reserve(kRecordPrefix.size() + key.size());
-  k.append(kRecordPrefix);
+  k.reserve(kRecordKeyPrefix.size() + key.size());
+  k.append(kRecordKeyPrefix);
   k.append(key);
   return k;
 }
 
 }  // namespace
+
+void RocksDbStore::SubmitRecord(const std::string& key, std::unique_ptr<RecordRequest> record) {
+  WriteRequest w;
+  w.key = StoredKey(key);
+  w.record = std::move(record);
+  Submit(std::move(w));
+}
 
 void RocksDbStore::ReserveKey(std::string key, IdempotencyRecord reservation,
                               ReserveHandler handler) {
@@ -44,10 +51,7 @@ void RocksDbStore::ReserveKey(std::string key, IdempotencyRecord reservation,
   r->kind = RecordRequest::Kind::kReserve;
   r->record = std::move(reservation);
   r->reserve_handler = std::move(handler);
-  WriteRequest w;
-  w.key = StoredKey(key);
-  w.record = std::move(r);
-  Submit(std::move(w));
+  SubmitRecord(key, std::move(r));
 }
 
 void RocksDbStore::FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
@@ -60,10 +64,7 @@ void RocksDbStore::FinishKey(std::string key, IdempotencyRecord finished, int64_
   r->record = std::move(finished);
   r->now_ms = now_ms;
   r->change_handler = std::move(handler);
-  WriteRequest w;
-  w.key = StoredKey(key);
-  w.record = std::move(r);
-  Submit(std::move(w));
+  SubmitRecord(key, std::move(r));
 }
 
 void RocksDbStore::ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) {
@@ -73,10 +74,7 @@ void RocksDbStore::ReleaseKey(std::string key, uint64_t owner, ChangeHandler han
   r->kind = RecordRequest::Kind::kRelease;
   r->owner = owner;
   r->change_handler = std::move(handler);
-  WriteRequest w;
-  w.key = StoredKey(key);
-  w.record = std::move(r);
-  Submit(std::move(w));
+  SubmitRecord(key, std::move(r));
 }
 
 void RocksDbStore::LookupKey(std::string key, int64_t now_ms, LookupHandler handler) {
@@ -106,7 +104,7 @@ Status RocksDbStore::ReadRecord(const std::string& stored_key, std::optional<std
   if (s.IsNotFound()) return Status::Ok();
   if (!s.ok()) {
     return FromRocks(s, "reading idempotency record '" +
-                            Printable(std::string_view(stored_key).substr(kRecordPrefix.size())) +
+                            Printable(std::string_view(stored_key).substr(kRecordKeyPrefix.size())) +
                             "'");
   }
   *bytes = raw.ToString();

@@ -17,10 +17,8 @@ namespace fencegate::storage {
 
 using rocksdb_support::DecodeToken;
 using rocksdb_support::FromRocks;
-using rocksdb_support::IsRecordKey;
 using rocksdb_support::kTokenBytes;
 using rocksdb_support::Printable;
-using rocksdb_support::RecordKeyRefused;
 
 RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::DB> db)
     : options_(options),
@@ -56,12 +54,7 @@ void RocksDbStore::Raise(std::string key, uint64_t token,
 }
 
 void RocksDbStore::Get(std::string key, GetHandler handler) {
-  if (key.size() > kMaxKeyBytes) {
-    return handler(Status::InvalidArgument("key is " + std::to_string(key.size()) +
-                                           " bytes, the limit is 1024"),
-                   std::nullopt);
-  }
-  if (IsRecordKey(key)) return handler(RecordKeyRefused(), std::nullopt);
+  if (Status s = CheckTokenKey(key, kMaxKeyBytes); !s.ok()) return handler(s, std::nullopt);
   ReadRequest r;
   r.key = std::move(key);
   r.handler = std::move(handler);

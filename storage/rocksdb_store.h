@@ -148,7 +148,7 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   // record's Reserve, Finish and Release are requests of the writer lane
   // like Advance: same order, batches, durability and failure; a Lookup is
   // the reader thread's, like Get. Token keys may not begin with the
-  // records' prefix (rocksdb_support::kRecordPrefix): InvalidArgument.
+  // records' prefix (kRecordKeyPrefix, token_store.h): InvalidArgument.
   IdempotencyStore* Idempotency() override { return this; }
   void ReserveKey(std::string key, IdempotencyRecord reservation,
                   ReserveHandler handler) override;
@@ -210,6 +210,9 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   // Queues a checked request on the lane, or decides it on the caller's
   // thread (decide_on_caller), or answers it Unavailable.
   void Submit(WriteRequest request);
+  // Submit for a record's change under the caller's key.
+  void SubmitRecord(const std::string& key,
+                    std::unique_ptr<rocksdb_support::RecordRequest> record);
   // Queues a read for the reader thread, or answers it Unavailable.
   void SubmitRead(ReadRequest request);
   // Decides a record's change (Decide, holding the lane); Busy from_caller

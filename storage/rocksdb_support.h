@@ -20,17 +20,6 @@ namespace fencegate::storage::rocksdb_support {
 // Bytes of a stored token: the token as a big-endian uint64.
 inline constexpr size_t kTokenBytes = 8;
 
-// Idempotency records share the database with the tokens, under keys that
-// begin with these two bytes. No token key may begin with them (the store
-// refuses one), and scans of the tokens skip them. A NUL first byte also
-// sorts them before every token key.
-inline constexpr std::string_view kRecordPrefix{"\0i", 2};
-inline bool IsRecordKey(std::string_view key) { return key.starts_with(kRecordPrefix); }
-inline Status RecordKeyRefused() {
-  return Status::InvalidArgument("key begins with a NUL byte and 'i', which the store keeps for "
-                                 "idempotency records");
-}
-
 std::string EncodeToken(uint64_t token);
 // Requires in.size() == kTokenBytes.
 uint64_t DecodeToken(std::string_view in);

@@ -16,23 +16,11 @@
 namespace fencegate::storage {
 
 using rocksdb_support::Answer;
-using rocksdb_support::IsRecordKey;
-using rocksdb_support::RecordKeyRefused;
 
 void RocksDbStore::Enqueue(bool raise, std::string key, uint64_t token, FenceHandler handler,
                            std::unique_ptr<BatchRequest> batch) {
-  Status rejected;
-  if (batch) {
-    rejected = CheckBatchItems(batch->items, kMaxKeyBytes);
-    for (size_t i = 0; i < batch->items.size() && rejected.ok(); ++i) {
-      if (IsRecordKey(batch->items[i].key)) rejected = RecordKeyRefused();
-    }
-  } else if (key.size() > kMaxKeyBytes) {
-    rejected = Status::InvalidArgument("key is " + std::to_string(key.size()) +
-                                       " bytes, the limit is 1024");
-  } else if (IsRecordKey(key)) {
-    rejected = RecordKeyRefused();
-  }
+  Status rejected = batch ? CheckBatchItems(batch->items, kMaxKeyBytes)
+                         : CheckTokenKey(key, kMaxKeyBytes);
   if (!rejected.ok()) {
     if (batch) return batch->handler(rejected, BatchFence{});
     return handler(rejected, Fence{});

@@ -27,7 +27,7 @@ struct BatchRequest {
 };
 
 // A change to an idempotency record (idempotency_store.h): the request's
-// key is the record's stored key (kRecordPrefix and the caller's key).
+// key is the record's stored key (kRecordKeyPrefix and the caller's key).
 struct RecordRequest {
   enum class Kind { kReserve, kFinish, kRelease };
   Kind kind = Kind::kReserve;

@@ -5,6 +5,18 @@
 
 namespace fencegate::storage {
 
+Status CheckTokenKey(std::string_view key, size_t max_key_bytes) {
+  if (key.size() > max_key_bytes) {
+    return Status::InvalidArgument("key is " + std::to_string(key.size()) +
+                                   " bytes, the limit is " + std::to_string(max_key_bytes));
+  }
+  if (IsRecordKey(key)) {
+    return Status::InvalidArgument(
+        "key begins with a NUL byte and 'i', which the store keeps for idempotency records");
+  }
+  return Status::Ok();
+}
+
 Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes) {
   if (items.empty()) return Status::InvalidArgument("no key to advance");
   if (items.size() > kMaxBatchItems) {
@@ -16,10 +28,7 @@ Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes)
   keys.reserve(items.size());
   for (const KeyToken& item : items) {
     if (item.key.empty()) return Status::InvalidArgument("an empty key");
-    if (item.key.size() > max_key_bytes) {
-      return Status::InvalidArgument("key is " + std::to_string(item.key.size()) +
-                                     " bytes, the limit is " + std::to_string(max_key_bytes));
-    }
+    if (Status s = CheckTokenKey(item.key, max_key_bytes); !s.ok()) return s;
     keys.emplace_back(item.key);
   }
   std::sort(keys.begin(), keys.end());

@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "storage/status.h"
@@ -59,9 +60,20 @@ struct BatchFence {
 // for long.
 inline constexpr size_t kMaxBatchItems = 64;
 
+// Token keys may not begin with these two bytes (a NUL, then 'i'): an
+// engine keeps idempotency records (idempotency_store.h) beside the tokens
+// under keys that do. Every engine refuses such a token key, so that all
+// behave alike.
+inline constexpr std::string_view kRecordKeyPrefix{"\0i", 2};
+inline bool IsRecordKey(std::string_view key) { return key.starts_with(kRecordKeyPrefix); }
+
+// What every engine refuses of one key: longer than max_key_bytes, or
+// beginning with kRecordKeyPrefix. InvalidArgument naming it, or ok.
+Status CheckTokenKey(std::string_view key, size_t max_key_bytes);
+
 // What every engine refuses in AdvanceAll, before deciding anything: no item
-// or more than kMaxBatchItems, an empty key or one longer than
-// max_key_bytes, a key named twice. InvalidArgument naming the problem, or
+// or more than kMaxBatchItems, an empty key or one CheckTokenKey refuses, a
+// key named twice. InvalidArgument naming the problem, or
 // ok.
 Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes);
 

@@ -48,6 +48,11 @@ TEST_F(FaultInjectingStoreTest, NoFaultsPassesThrough) {
   EXPECT_EQ(GetSync(*store_, "k").value, 8u);
 }
 
+TEST_F(FaultInjectingStoreTest, IdempotencyRecordsAreTheBasesOwn) {
+  ASSERT_NE(base_->Idempotency(), nullptr);
+  EXPECT_EQ(store_->Idempotency(), base_->Idempotency());
+}
+
 TEST_F(FaultInjectingStoreTest, FailWritesAnswersIoErrorAndLeavesBaseAlone) {
   ASSERT_TRUE(AdvanceSync(*store_, "k", 5).fence.accepted);
   uint64_t base_requests = base_->stats().requests;

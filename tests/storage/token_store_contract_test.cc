@@ -194,6 +194,20 @@ TEST_P(TokenStoreContract, AKeyUpToTheLimitIsTakenALongerOneRefused) {
   EXPECT_EQ(GetSync(store(), longer).status.code(), Status::Code::kInvalidArgument);
 }
 
+// The first two bytes of an idempotency record's key (token_store.h) are
+// no token key's beginning, in any engine, whether or not it keeps records.
+TEST_P(TokenStoreContract, ATokenKeyCannotBeginAsARecordsKey) {
+  const std::string taken("\0ik", 3);
+  EXPECT_EQ(AdvanceSync(store(), taken, 1).status.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(RaiseSync(store(), taken, 1).status.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(GetSync(store(), taken).status.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(AdvanceAllSync(store(), {{"a", 1}, {taken, 1}}).status.code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_FALSE(GetSync(store(), "a").value.has_value()) << "all or nothing";
+  // A NUL byte followed by anything else is a key like any other.
+  ExpectFence(AdvanceSync(store(), std::string("\0j", 2), 4), true, 4);
+}
+
 // Calls made one after the other without waiting for their answers are
 // decided in that order (token_store.h, "Order"), whatever their kind.
 TEST_P(TokenStoreContract, CallsAreDecidedInTheOrderTheyWereMade) {

@@ -91,6 +91,8 @@ class GatedStore : public storage::TokenStore {
   void Get(std::string key, GetHandler handler) override {
     base_.Get(std::move(key), std::move(handler));
   }
+  // The base's records, not gated.
+  storage::IdempotencyStore* Idempotency() override { return base_.Idempotency(); }
   storage::Status Health() const override { return base_.Health(); }
   // Answers every held call Unavailable, then closes the store below.
   storage::Status Close() override {
