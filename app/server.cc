@@ -1,5 +1,7 @@
 #include "app/server.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
@@ -68,6 +70,14 @@ bool Server::Start(std::string* error) {
   auto router = Router::Build(config_->routes, error);
   if (!router) return false;
   ctx_.router = std::move(router);
+  if (std::any_of(config_->routes.begin(), config_->routes.end(),
+                  [](const config::RouteConfig& r) { return r.idempotency.has_value(); })) {
+    ctx_.idempotency = store_.Idempotency();
+    if (ctx_.idempotency == nullptr) {
+      *error = "a route has idempotency: on, and the storage engine keeps no idempotency records";
+      return false;
+    }
+  }
 
   std::vector<asio::io_context*> worker_iocs;
   for (auto& ioc : iocs_) worker_iocs.push_back(ioc.get());

@@ -17,7 +17,6 @@
 #include <system_error>
 #include <vector>
 
-#include "config/idempotency.h"
 #include "config/internal.h"
 #include "config/readers.h"
 #include "config/yaml_reader.h"
@@ -28,9 +27,7 @@ namespace {
 using internal::Field;
 using internal::YamlReader;
 
-// `refuse_planned`: refuse the validated settings of planned features
-// (idempotency) after every other check, as Load() does.
-LoadResult LoadChecked(std::string_view yaml, const std::string& name, bool refuse_planned) {
+LoadResult LoadChecked(std::string_view yaml, const std::string& name) {
   YamlReader reader(name);
   std::vector<YAML::Node> docs;
   try {
@@ -68,16 +65,13 @@ LoadResult LoadChecked(std::string_view yaml, const std::string& name, bool refu
   if (!internal::ReadRoot(reader, Field{root, "", internal::LineOf(root, 1)}, &config)) {
     return ConfigError{reader.error()};
   }
-  if (refuse_planned && !internal::RefuseIdempotencyUntilBuilt(reader, config.routes)) {
-    return ConfigError{reader.error()};
-  }
   return config;
 }
 
-LoadResult LoadGuarded(std::string_view yaml, std::string_view name, bool refuse_planned) {
+LoadResult LoadGuarded(std::string_view yaml, std::string_view name) {
   std::string file(name);
   try {
-    return LoadChecked(yaml, file, refuse_planned);
+    return LoadChecked(yaml, file);
   } catch (const std::exception& e) {
     return ConfigError{file + ": internal error while reading the configuration: " + e.what()};
   } catch (...) {
@@ -88,16 +82,8 @@ LoadResult LoadGuarded(std::string_view yaml, std::string_view name, bool refuse
 }  // namespace
 
 LoadResult LoadFromString(std::string_view yaml, std::string_view name) {
-  return LoadGuarded(yaml, name, true);
+  return LoadGuarded(yaml, name);
 }
-
-namespace internal {
-
-LoadResult LoadFromStringKeepingPlanned(std::string_view yaml, std::string_view name) {
-  return LoadGuarded(yaml, name, false);
-}
-
-}  // namespace internal
 
 LoadResult Load(const std::string& path) {
   try {

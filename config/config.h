@@ -98,8 +98,7 @@ struct FencingConfig {
 enum class RouteMode { kEnforce, kShadow, kOff };
 std::string_view ToString(RouteMode mode);  // "enforce" | "shadow" | "off"
 
-// A route's `idempotency:` mapping (docs/contract.md, "Idempotency keys";
-// planned: Load() validates it, then refuses it until the feature is built).
+// A route's `idempotency:` mapping (docs/contract.md, "Idempotency keys").
 enum class IdempotencyConcurrency { kConflict, kWait };
 std::string_view ToString(IdempotencyConcurrency concurrent);  // "conflict" | "wait"
 

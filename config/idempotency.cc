@@ -166,14 +166,4 @@ bool ReadIdempotency(YamlReader& r, const Field& f, std::optional<IdempotencyCon
   return true;
 }
 
-bool RefuseIdempotencyUntilBuilt(YamlReader& r, const std::vector<RouteConfig>& routes) {
-  for (size_t i = 0; i < routes.size(); ++i) {
-    if (!routes[i].idempotency) continue;
-    return r.Fail(Field{YAML::Node(), "routes[" + std::to_string(i) + "].idempotency",
-                        routes[i].idempotency->line},
-                  "idempotency keys are not built in this version", "off");
-  }
-  return true;
-}
-
 }  // namespace fencegate::config::internal

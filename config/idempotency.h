@@ -1,7 +1,6 @@
 #pragma once
 // Reading a route's `idempotency:` field (docs/contract.md, "Idempotency
-// keys"), and the refusal that stands until the feature is built. Internal
-// to config/.
+// keys"). Internal to config/.
 
 #include <optional>
 #include <vector>
@@ -18,11 +17,5 @@ namespace fencegate::config::internal {
 // template, checked by the route once it knows its regex's groups.
 bool ReadIdempotency(YamlReader& r, const Field& f, std::optional<IdempotencyConfig>* out,
                      std::optional<Field>* scope_field);
-
-// Fails at the first route whose idempotency is on: the feature is planned,
-// and a route that asks for it must not run without it. Load() calls it
-// after every other check, so that a file's mistakes are reported first.
-// Remove it (and its callers) when idempotency keys are built.
-bool RefuseIdempotencyUntilBuilt(YamlReader& r, const std::vector<RouteConfig>& routes);
 
 }  // namespace fencegate::config::internal

@@ -20,12 +20,6 @@ bool IsHttpToken(std::string_view text);
 // Returns "" when valid, otherwise a description of the first problem.
 std::string ValidateKeyTemplate(std::string_view key, unsigned capture_count, bool has_regex);
 
-// Reads and validates `yaml` as LoadFromString() does, but keeps the
-// settings of planned features (a route's idempotency) instead of refusing
-// them: how tests see what those settings parse to before the features
-// exist. Not for the product, which must refuse them.
-LoadResult LoadFromStringKeepingPlanned(std::string_view yaml, std::string_view name);
-
 // "65536", "512KiB", "1MiB", "2GiB" -> bytes: plain digits are bytes, a
 // suffix KiB, MiB or GiB multiplies by 1024, 1024^2 or 1024^3. No sign,
 // space, fraction or decimal unit (kB, MB: 1000 or 1024 would be a guess).

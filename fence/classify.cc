@@ -30,6 +30,55 @@ const char* KeyErrorMessage(KeyTemplate::ExpandError e) {
   return "bad key";
 }
 
+// Fills intent->idempotency for a write on `route` (which has
+// `idempotency:`), or rejects it; false when rejected.
+template <class Reject>
+bool ReadIdempotencyKey(const Route& route, const RouteMatch& match,
+                        std::string_view canonical_path, const boost::beast::http::fields& headers,
+                        Reject& reject, WriteIntent* intent) {
+  const config::IdempotencyConfig& idem = *route.idempotency;
+  auto range = headers.equal_range(idem.header);
+  if (range.first == range.second) {
+    if (!idem.required) return true;
+    reject("idempotency_key_required",
+           "this route runs each write once per idempotency key: send one in the " + idem.header +
+               " header");
+    return false;
+  }
+  if (std::next(range.first) != range.second) {
+    reject("bad_idempotency_key", idem.header + " is sent more than once");
+    return false;
+  }
+  std::string_view key = range.first->value();
+  if (!IsValidIdempotencyKey(key)) {
+    reject("bad_idempotency_key",
+           idem.header + " must be 1 to " + std::to_string(kMaxIdempotencyKeyBytes) +
+               " visible ASCII characters");
+    return false;
+  }
+  IdempotentRequest& out = intent->idempotency;
+  out.scope.clear();
+  if (route.idempotency_scope) {
+    auto lookup = [&headers](std::string_view name) -> std::optional<std::string_view> {
+      auto r = headers.equal_range(name);
+      if (r.first == r.second || std::next(r.first) != r.second) return std::nullopt;
+      return r.first->value();
+    };
+    auto error = route.idempotency_scope->Expand(match.KeyPath(canonical_path), match.captures,
+                                                 lookup, &out.scope);
+    if (error != KeyTemplate::ExpandError::kNone) {
+      reject("bad_idempotency_key",
+             std::string("the route's idempotency scope: ") + KeyErrorMessage(error));
+      return false;
+    }
+  }
+  out.config = &idem;
+  out.route = route.name;
+  out.client_key.assign(key);
+  out.record_key = IdempotencyRecordKey(out.route, out.scope, out.client_key);
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -224,6 +273,11 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
         !problem.empty()) {
       return reject("bad_path", problem);
     }
+  }
+  // Idempotency keys, in every mode of the route (they are not the fence).
+  if (match.route != nullptr && match.route->idempotency && may_write &&
+      !ReadIdempotencyKey(*match.route, match, canonical_path, headers, reject, &intent)) {
+    return;
   }
   const bool source_fenced = match.route != nullptr && match.fenced;
   const bool dest_fenced = dest_match.route != nullptr && dest_match.fenced;

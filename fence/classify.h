@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fence/canonical_path.h"
+#include "fence/idempotency_key.h"
 #include "fence/router.h"
 #include "net/replies.h"
 
@@ -40,6 +41,10 @@ struct WriteIntent {  // NOLINT(bugprone-exception-escape)
   // it (canonical spelling); nullopt when the request has none to rewrite.
   std::optional<CanonicalDestination> destination;
   bool shadow = false;           // route mode is shadow: never refuse
+  // A write on a route with `idempotency:` that carries a key (valid, and
+  // sent once): the record it names. Independent of the fence: set in
+  // every mode, and with kFence or kPassThrough alike.
+  IdempotentRequest idempotency;
   std::string shadow_violation;  // shadow mode: what would have been refused
 };
 
@@ -54,7 +59,10 @@ struct FenceSettings {
 // a request that may write (unless its route keeps path parameters), a
 // method-override header that is not a method, a Connection header that
 // nominates the token header or a key header, a key header sent twice or
-// as a list, a bad Destination. The request's methods are its own and
+// as a list, a bad Destination, and on a route with `idempotency:` a key
+// sent twice or not 1..255 visible ASCII bytes (400 bad_idempotency_key),
+// a missing one when the route requires it (400 idempotency_key_required),
+// and a scope that does not expand. The request's methods are its own and
 // those its override headers name: fenced if any of them is.
 WriteIntent Classify(const FenceSettings& settings, const Router& router,
                      std::string_view method, std::string_view canonical_path,

@@ -218,6 +218,20 @@ std::unique_ptr<Router> Router::Build(const std::vector<config::RouteConfig>& ro
                   "} but the route has only " + std::to_string(groups) + " capture group(s)");
     }
     r.key = std::move(*key);
+    if (rc.idempotency) {
+      r.idempotency = rc.idempotency;
+      if (!rc.idempotency->scope.empty()) {
+        std::optional<KeyTemplate> scope =
+            KeyTemplate::Compile(rc.idempotency->scope, &key_error);
+        if (!scope) return fail("idempotency scope '" + rc.idempotency->scope + "': " + key_error);
+        if (scope->max_capture() > groups) {
+          return fail("idempotency scope '" + rc.idempotency->scope + "' uses {" +
+                      std::to_string(scope->max_capture()) + "} but the route has only " +
+                      std::to_string(groups) + " capture group(s)");
+        }
+        r.idempotency_scope = std::move(*scope);
+      }
+    }
     router->routes_.push_back(std::move(r));
   }
   return router;

@@ -75,6 +75,9 @@ struct Route {
   config::RouteMode mode = config::RouteMode::kEnforce;
   bool keep_path_params = false;  // path_params: keep
   bool case_insensitive = false;  // matched and keyed on the ASCII-lower-cased path
+  // `idempotency:` (nullopt: off), and its scope compiled (nullopt: none).
+  std::optional<config::IdempotencyConfig> idempotency;
+  std::optional<KeyTemplate> idempotency_scope;
 
   // Whether a request with this method is one the route fences.
   bool Covers(std::string_view method) const;

@@ -30,6 +30,7 @@ HttpSession::HttpSession(Listener::Socket&& socket, ProxyContext& context, Worke
       worker_(worker),
       config_(*context.config),
       exchange_(*this, worker, *context.config),
+      idem_(*this),
       affinity_(context, worker, /*can_move=*/!stream_.tls()) {
   ctx_.active_connections.fetch_add(1, std::memory_order_relaxed);
 }
@@ -112,6 +113,7 @@ void HttpSession::DoReadHeader() {
   request_id_.clear();
   record_.Reset();
   exchange_.Reset();
+  idem_.Reset();
   idle_ = buffer_.size() == 0;
   // A new connection must deliver its first head within header_timeout; a
   // kept-alive one may stay silent for idle_timeout, and then the head that
@@ -226,29 +228,31 @@ void HttpSession::OnReadHeader(ec_t ec) {
     spdlog::warn("shadow: would have refused {} {} ({}), forwarding", req.method_string(),
                  target_.path, intent_.shadow_violation);
   }
-  switch (intent_.kind) {
-    case WriteIntent::Kind::kReject:
-      return SendReply(std::move(*intent_.reply), intent_.outcome);
-    case WriteIntent::Kind::kPassThrough:
-      if (!req_parser_->is_done()) {
-        // A small body that came with its head goes out with it in one
-        // write, as a fenced write's does; a larger one streams.
-        ec_t body_ec;
-        exchange_.PrepareWholeRequest(body_ec);
-        if (body_ec) return;  // answered
-      }
-      return exchange_.StartForward();
-    case WriteIntent::Kind::kFence: {
-      ec_t body_ec;
-      bool whole = exchange_.PrepareWholeRequest(body_ec);
-      if (body_ec) return;  // answered
-      ctx_.fence->Check(
-          intent_, stream_.get_executor(),
-          [self = shared_from_this()](FenceVerdict v) { self->OnVerdict(std::move(v)); },
-          whole ? exchange_.whole_request() : std::string_view{});
-      return;
-    }
+  if (intent_.kind == WriteIntent::Kind::kReject) {
+    return SendReply(std::move(*intent_.reply), intent_.outcome);
   }
+  if (intent_.idempotency.on()) return idem_.Begin();
+  Proceed();
+}
+
+void HttpSession::Proceed() {
+  if (intent_.kind == WriteIntent::Kind::kPassThrough) {
+    if (!req_parser_->is_done()) {
+      // A small body that came with its head goes out with it in one
+      // write, as a fenced write's does; a larger one streams.
+      ec_t body_ec;
+      exchange_.PrepareWholeRequest(body_ec);
+      if (body_ec) return;  // answered
+    }
+    return exchange_.StartForward();
+  }
+  ec_t body_ec;
+  bool whole = exchange_.PrepareWholeRequest(body_ec);
+  if (body_ec) return;  // answered
+  ctx_.fence->Check(
+      intent_, stream_.get_executor(),
+      [self = shared_from_this()](FenceVerdict v) { self->OnVerdict(std::move(v)); },
+      whole ? exchange_.whole_request() : std::string_view{});
 }
 
 void HttpSession::OnVerdict(FenceVerdict verdict) {
@@ -258,7 +262,10 @@ void HttpSession::OnVerdict(FenceVerdict verdict) {
                  req_parser_->get().method_string(), intent_.key, intent_.token,
                  verdict.shadow_violation, verdict.current);
   }
-  if (!verdict.forward) return SendReply(std::move(*verdict.reply), verdict.outcome);
+  if (!verdict.forward) {
+    idem_.Release();  // refused: the request did not run
+    return SendReply(std::move(*verdict.reply), verdict.outcome);
+  }
   affinity_.NoteTurn(verdict.lease, intent_.key);
   exchange_.Hold(std::move(verdict.lease));
   if (verdict.handed) return exchange_.ContinueHanded(std::move(*verdict.handed));
@@ -330,6 +337,9 @@ void HttpSession::EndRequest() {
 }
 
 void HttpSession::FinishRequest(bool keep_alive) {
+  // An idempotency record is being settled: this request ends (and the
+  // next one is read) once it is, so that a repeat behind it sees it.
+  if (idem_.HoldFinish(keep_alive)) return;
   EndRequest();
   ++requests_served_;
   reply_ = {};
@@ -377,6 +387,9 @@ bool SweepSessions(Worker& worker, Deadline::Clock::time_point now) {
 }
 
 void HttpSession::Close() {
+  idem_.Cancel();
+  // A reserved request that never went upstream did not run.
+  if (idem_.running() && !exchange_.request_started()) idem_.Release();
   exchange_.EndUpstream(false);
   if (in_request_ && record_.outcome.empty()) record_.outcome = "client_error";
   EndRequest();

@@ -34,6 +34,7 @@
 #include "net/replies.h"
 #include "proxy/access_log.h"
 #include "proxy/headers.h"
+#include "proxy/idempotency_gate.h"
 #include "proxy/proxy_context.h"
 #include "proxy/session_affinity.h"
 #include "proxy/upstream_exchange.h"
@@ -67,6 +68,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The exchange reads the request (parser, target, intent, client stream
   // and buffer) and ends through SendReply, FinishRequest and Close.
   friend class UpstreamExchange;
+  // The gate of an idempotent write (idempotency_gate.h) reads the request
+  // as the exchange does, runs it (Proceed), replays, and answers.
+  friend class IdempotencyGate;
 
   using Clock = std::chrono::steady_clock;
   using ec_t = boost::beast::error_code;
@@ -81,6 +85,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void DoWaitForRequest();  // keep-alive: wait up to idle_timeout for a byte
   void StartHeaderRead();
   void OnReadHeader(ec_t ec);
+  // A request that may be forwarded (pass-through or fenced), once its
+  // idempotency key (if any) is reserved.
+  void Proceed();
   void OnVerdict(FenceVerdict verdict);
   // fencegate's own answer (`outcome` for the access log); a small body
   // still on the wire is read and dropped first (DoDiscardBody) so the
@@ -133,6 +140,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // WriteWhole: deadline.h).
   Deadline client_deadline_;
   UpstreamExchange exchange_;
+  IdempotencyGate idem_;
   SessionAffinity affinity_;
 };
 

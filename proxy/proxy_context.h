@@ -14,7 +14,9 @@
 #include "fence/router.h"
 #include "net/client_limit.h"
 #include "net/deadline.h"
+#include "proxy/idempotency_gate.h"
 #include "proxy/upstream_pool.h"
+#include "storage/idempotency_store.h"
 
 namespace fencegate::proxy {
 
@@ -26,6 +28,9 @@ struct ProxyContext {
   std::shared_ptr<boost::asio::ssl::context> listener_tls;  // nullptr: plain HTTP listener
   FenceSettings fence_settings;
   FenceFilter* fence = nullptr;
+  // The store's idempotency records; set when a route has `idempotency:`.
+  storage::IdempotencyStore* idempotency = nullptr;
+  IdempotencyCounters idempotency_counters;
 
   std::atomic<bool> draining{false};         // SIGTERM: finish current requests, then close
   std::atomic<int64_t> active_connections{0};

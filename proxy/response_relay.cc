@@ -44,6 +44,7 @@ void UpstreamExchange::OnResponseHeader(ec_t ec) {
       session_.request_keep_alive_ && !session_.ctx_.draining.load(std::memory_order_relaxed));
   session_.request_keep_alive_ = response_framing_.keep_alive;
   session_.record_.status = status;
+  session_.idem_.OnResponseHead();
   whole_body_size_ = 0;
   if (!res_parser_->is_done()) {
     // A small body of known length is read whole first, so that head and
@@ -78,6 +79,7 @@ void UpstreamExchange::OnWholeResponseBody(ec_t ec) {
   if (ec) return FailUpstream(ec, "read response body");
   whole_body_size_ = body_.capacity() - res_parser_->get().body().size;
   session_.record_.bytes_out += whole_body_size_;
+  session_.idem_.OnResponseBody(body_.data(), whole_body_size_);
   WriteResponse();
 }
 
@@ -165,6 +167,7 @@ void UpstreamExchange::OnResponseBodyRead(ec_t ec) {
   auto& body = res_parser_->get().body();
   size_t n = body_.capacity() - body.size;
   session_.record_.bytes_out += n;
+  session_.idem_.OnResponseBody(body_.data(), n);
   if (res_parser_->is_done()) EndUpstream(true);
   down_res_.body().data = n ? body_.data() : nullptr;  // as in OnRequestBodyRead
   down_res_.body().size = n;

@@ -79,6 +79,7 @@ bool UpstreamExchange::PrepareWholeRequest(ec_t& ec) {
     }
     n = body_.capacity() - body.size;
     session_.record_.bytes_in += n;
+    session_.idem_.OnRequestBody(body_.data(), n);
   }
   head_.clear();
   AppendUpstreamHead(parser, session_.target_, config_, session_.client_ip_, session_.request_id_,
@@ -94,6 +95,7 @@ void UpstreamExchange::ContinueHanded(HandedConnection handed) {
   upstream_timed_out_ = false;
   const size_t sent = handed.sent;
   ec_t ec;
+  request_started_ = true;  // another thread sent it, wholly or in part
   upstream_ = worker_.pool.Adopt(std::move(handed), ec);
   // The request may have gone whole: no second try (never for a fenced write).
   if (!upstream_) return FailUpstream(ec, "take over connection");
@@ -154,6 +156,7 @@ void UpstreamExchange::OnUpstream(ec_t ec, UpstreamPool::Connection connection, 
     // there is none): one write, not two, for a small request.
     return DoRequestBody();
   }
+  request_started_ = true;
   http::async_write_header(*upstream_, *up_sr_,
                            Timed(upstream_deadline_, config_.upstream.timeout,
                                  [self = session_.shared_from_this()](ec_t ec, size_t) {
@@ -178,6 +181,7 @@ void UpstreamExchange::OnUpstreamHeaderWritten(ec_t ec) {
 }
 
 void UpstreamExchange::WriteUpstreamHead(size_t from) {
+  request_started_ = true;
   WriteWhole(*upstream_, {asio::buffer(head_) + from, asio::const_buffer()}, upstream_deadline_,
              config_.upstream.timeout,
              [self = session_.shared_from_this()](ec_t ec, bool at_once) {
@@ -235,6 +239,7 @@ void UpstreamExchange::OnRequestBodyRead(ec_t ec) {
     // Counted as it streamed: the upstream got a partial body; drop that
     // connection so the partial request can never complete.
     EndUpstream(false);
+    session_.idem_.Release();
     session_.request_keep_alive_ = false;
     return session_.SendReply(
         MakeError(http::status::payload_too_large, "body_too_large",
@@ -246,12 +251,14 @@ void UpstreamExchange::OnRequestBodyRead(ec_t ec) {
     // The client went away or sent a broken body: abandon the exchange.
     spdlog::debug("client body read failed: {}", ec.message());
     EndUpstream(false);
+    session_.idem_.Release();  // a partial request cannot run
     session_.record_.outcome = "client_error";
     return session_.Close();
   }
   auto& body = session_.req_parser_->get().body();
   size_t n = body_.capacity() - body.size;
   session_.record_.bytes_in += n;
+  session_.idem_.OnRequestBody(body_.data(), n);
   // No new bytes (the read only completed the message, e.g. an empty
   // chunked body): hand the serializer no buffer, or it writes a zero-size
   // chunk, which is a last-chunk, before the real last-chunk.
@@ -262,6 +269,7 @@ void UpstreamExchange::OnRequestBodyRead(ec_t ec) {
 }
 
 void UpstreamExchange::WriteUpstream() {
+  request_started_ = true;
   ec_t ec;
   if (TryWriteNow(upstream_->socket(), *up_sr_, ec)) return OnRequestBodyWritten(ec);
   http::async_write(*upstream_, *up_sr_,
@@ -283,6 +291,9 @@ void UpstreamExchange::OnRequestBodyWritten(ec_t ec) {
 void UpstreamExchange::EndUpstream(bool reusable) {
   // The whole response was read: the exchange is over.
   const bool complete = reusable && res_parser_ && res_parser_->is_done();
+  // An idempotent request's response was read whole: its record is
+  // finished now, before the response goes to the client.
+  if (complete) session_.idem_.OnResponseComplete();
   if (upstream_) {
     session_.record_.upstream_ended = Clock::now();
     reusable = complete && res_parser_->keep_alive() && !response_framing_.close_delimited &&
@@ -339,6 +350,8 @@ void UpstreamExchange::FailUpstream(ec_t ec, const char* stage) {
   auto& record = session_.record_;
   if (record.upstream_ended < record.upstream_started) record.upstream_ended = Clock::now();
   EndUpstream(false);
+  // Nothing went upstream: the request did not run.
+  if (!request_started_) session_.idem_.Release();
   // A reused connection that failed may mean the backend restarted: drop
   // the other pooled connections it closed before they are handed out.
   if (upstream_reused_) worker_.pool.PruneDead();

@@ -74,6 +74,7 @@ class UpstreamExchange {
     request_written_ = false;
     whole_request_ = false;
     retried_ = false;
+    request_started_ = false;
   }
 
   // A request whose body (if any) came whole with its head: the whole
@@ -109,6 +110,12 @@ class UpstreamExchange {
   // response parser, body-sized buffers), so that an idle keep-alive
   // connection holds no body-sized memory.
   void FreeBuffers();
+
+  // Whether a byte of the request may have gone upstream (a write was
+  // started, or another thread sent it: handoff.h).
+  bool request_started() const { return request_started_; }
+  // The final response's parser, once its head was read.
+  const http::response_parser<http::buffer_body>& response_parser() const { return *res_parser_; }
 
   // The body buffer, which the session borrows to read and drop a body it
   // refuses.
@@ -164,6 +171,7 @@ class UpstreamExchange {
   // AppendDownstreamHead), or the whole request (whole_request_).
   std::string head_;
   bool request_written_ = false;   // the whole request went upstream
+  bool request_started_ = false;   // request_started()
   bool whole_request_ = false;     // head_ holds the whole upstream request
   bool response_started_ = false;  // the response head went to the client
   bool expect_continue_ = false;

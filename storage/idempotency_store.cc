@@ -56,6 +56,7 @@ Status DecideReserve(const std::optional<std::string>& stored,
     return Status::Ok();
   }
   answer->reserved = true;
+  answer->replaced_expired = rec.has_value();
   change->apply = true;
   change->put = EncodeIdempotencyRecord(reservation);
   return Status::Ok();

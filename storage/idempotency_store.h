@@ -39,6 +39,10 @@ struct Reservation {
   // When not reserved: the live record that is there (a reservation of
   // another request, or a finished request's response).
   std::optional<IdempotencyRecord> existing;
+  // When reserved: an expired record was there (a finished request's window
+  // or a reservation's in_flight_timeout ran out, and it was not yet
+  // removed), and the reservation replaced it.
+  bool replaced_expired = false;
 };
 
 class IdempotencyStore {

@@ -37,10 +37,9 @@ std::string Route(std::string_view first, std::initializer_list<std::string_view
 // The long form: `idempotency:` on line 4, its fields from line 5.
 std::string Mapping(std::initializer_list<std::string_view> fields) { return Route("", fields); }
 
-// What routes[0].idempotency parses to, without the refusal of the planned
-// feature; fails the current test on an error.
+// What routes[0].idempotency parses to; fails the current test on an error.
 std::optional<IdempotencyConfig> Parsed(std::string_view yaml) {
-  LoadResult result = internal::LoadFromStringKeepingPlanned(yaml, testing::kTestFile);
+  LoadResult result = LoadFromString(yaml, testing::kTestFile);
   if (const auto* error = std::get_if<ConfigError>(&result)) {
     ADD_FAILURE() << "unexpected error: " << error->message;
     return std::nullopt;
@@ -52,9 +51,6 @@ std::optional<IdempotencyConfig> Parsed(std::string_view yaml) {
   }
   return c.routes[0].idempotency;
 }
-
-constexpr std::string_view kNotBuilt =
-    "idempotency keys are not built in this version (expected off)";
 
 TEST(IdempotencyTest, OffAndAbsentAreOff) {
   Config off = MustLoad(Route("off"));
@@ -125,36 +121,21 @@ TEST(IdempotencyTest, FlowMappingIsTheLongForm) {
   EXPECT_TRUE(idem->required);
 }
 
-// A valid setting asks for a feature this version does not have: refused,
-// never ignored, so that no route runs without the protection it asks for.
-TEST(IdempotencyTest, ShortFormIsRefusedUntilBuilt) {
-  EXPECT_TRUE(FailsAt(Route("24h"), 4, "routes[0].idempotency", kNotBuilt));
-}
-
-TEST(IdempotencyTest, LongFormIsRefusedUntilBuilt) {
-  EXPECT_TRUE(FailsAt(Mapping({"window: 24h", "concurrent: wait"}), 4, "routes[0].idempotency",
-                      kNotBuilt));
-}
-
-TEST(IdempotencyTest, RefusalNamesTheRouteThatAsks) {
+// Both forms load as they are, on any route of the file.
+TEST(IdempotencyTest, BothFormsLoadOnTheirRoute) {
   std::string yaml = std::string(kUpstream) +
                      "routes:\n"
                      "  - {path_prefix: /a/, idempotency: off}\n"
                      "  - path_prefix: /b/\n"
                      "    idempotency:\n"
-                     "      window: 1h\n";
-  EXPECT_TRUE(FailsAt(yaml, 5, "routes[1].idempotency", kNotBuilt));
-}
-
-// The refusal comes last: the file's mistakes, even in sections read after
-// the routes, are reported first.
-TEST(IdempotencyTest, RefusalComesAfterEveryOtherMistake) {
-  std::string later_route = Route("24h") + "  - path_prefix: /b/\n    mode: enforced\n";
-  EXPECT_TRUE(FailsAt(later_route, 6, "routes[1].mode", "'enforced' is not allowed"));
-  std::string later_section = Route("24h") + "log: {level: loud}\n";
-  EXPECT_TRUE(FailsAt(later_section, 5, "log.level", "'loud' is not allowed"));
-  std::string same_route = Route("24h") + "    key: \"{1}\"\n";
-  EXPECT_TRUE(FailsAt(same_route, 5, "routes[0].key", "captures need path_regex"));
+                     "      window: 1h\n"
+                     "      concurrent: wait\n";
+  Config c = MustLoad(yaml);
+  ASSERT_EQ(c.routes.size(), 2u);
+  EXPECT_FALSE(c.routes[0].idempotency.has_value());
+  ASSERT_TRUE(c.routes[1].idempotency.has_value());
+  EXPECT_EQ(c.routes[1].idempotency->window, hours(1));
+  EXPECT_EQ(c.routes[1].idempotency->concurrent, IdempotencyConcurrency::kWait);
 }
 
 TEST(IdempotencyTest, WrongType) {

@@ -18,6 +18,9 @@ Behaviour:
   active) until ``POST /__release/NAME``, or 60 s at most; a release that
   comes first lets it through at once;
 - ``X-Test-Status: N`` answers with status N instead of the default;
+- ``X-Test-Seq: 1`` adds ``X-Backend-Seq: N``, the request's number in the
+  log, to the answer, and ``X-Test-Response-Bytes: N`` answers a body of N
+  bytes that begins with that number: a replay is told from a second run;
 - ``X-Test-Drop-Idle: 1`` answers normally (keep-alive) and then closes the
   connection without saying so, as a backend's idle timeout does;
 - ``X-Test-EOF-Body: 1`` answers without Content-Length, the body delimited
@@ -152,9 +155,11 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- responses -------------------------------------------------------
 
-    def _send(self, status, body, content_type="application/json", head_only=False):
+    def _send(self, status, body, content_type="application/json", head_only=False, extra=()):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in extra:
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if not head_only and body:
@@ -233,6 +238,15 @@ class Handler(BaseHTTPRequestHandler):
             if forced:
                 status = int(forced)
             self._log_locked(start, method, target, headers, body, status)
+            seq = STATE.seq
+        extra = []
+        if self.headers.get("X-Test-Seq"):
+            extra.append(("X-Backend-Seq", str(seq)))
+            size = self.headers.get("X-Test-Response-Bytes")
+            if size:
+                head = f"seq={seq};".encode()
+                n = int(size)
+                out = (head + b"x" * n)[:n] if n >= len(head) else head[:n]
         if self.headers.get("X-Test-EOF-Body"):
             self.send_response(status)
             self.send_header("Content-Type", ctype)
@@ -242,7 +256,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        self._send(status, out, ctype, head_only=(method == "HEAD"))
+        self._send(status, out, ctype, head_only=(method == "HEAD"), extra=extra)
         if self.headers.get("X-Test-Drop-Idle"):
             # FIN now, then count it: a test can wait until the close is sent.
             self.connection.shutdown(socket.SHUT_RDWR)

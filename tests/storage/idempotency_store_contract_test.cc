@@ -126,6 +126,7 @@ TEST_P(IdempotencyStoreContract, TheFirstReservationWinsAndTheSecondSeesIt) {
   ASSERT_TRUE(s1.ok()) << s1.ToString();
   EXPECT_TRUE(a1.reserved);
   EXPECT_FALSE(a1.existing.has_value());
+  EXPECT_FALSE(a1.replaced_expired);
   auto [s2, a2] = Reserve("k", Reserved(2, kNow + 10));
   ASSERT_TRUE(s2.ok());
   EXPECT_FALSE(a2.reserved);
@@ -152,13 +153,19 @@ TEST_P(IdempotencyStoreContract, AfterTheWindowTheKeyRunsAgain) {
   ASSERT_TRUE(Reserve("k", Reserved(1)).second.reserved);
   ASSERT_TRUE(Finish("k", Finished(1), kNow).second);
   EXPECT_FALSE(Lookup("k", kNow + kWindow).second.has_value());
-  EXPECT_TRUE(Reserve("k", Reserved(2, kNow + kWindow)).second.reserved);
+  auto [s, again] = Reserve("k", Reserved(2, kNow + kWindow));
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(again.reserved);
+  EXPECT_TRUE(again.replaced_expired) << "the expired result was still stored: counted";
 }
 
 TEST_P(IdempotencyStoreContract, AnAbandonedReservationIsReleasedByItsTimeout) {
   ASSERT_TRUE(Reserve("k", Reserved(1)).second.reserved);
   EXPECT_FALSE(Reserve("k", Reserved(2, kNow + kInFlight - 1)).second.reserved);
-  EXPECT_TRUE(Reserve("k", Reserved(2, kNow + kInFlight)).second.reserved);
+  auto [rs, taken] = Reserve("k", Reserved(2, kNow + kInFlight));
+  ASSERT_TRUE(rs.ok());
+  EXPECT_TRUE(taken.reserved);
+  EXPECT_TRUE(taken.replaced_expired);
   // The first holder, finishing late, does not overwrite the second's
   // live reservation.
   auto [s, applied] = Finish("k", Finished(1), kNow + kInFlight + 1);

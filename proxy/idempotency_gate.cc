@@ -1,0 +1,379 @@
+#include "proxy/idempotency_gate.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/dispatch.hpp>
+#include <random>
+
+#include "net/write_whole.h"
+#include "proxy/http_session.h"
+#include "proxy/relay_io.h"
+#include "proxy/replay.h"
+
+namespace fencegate::proxy {
+
+namespace asio = boost::asio;
+using storage::IdempotencyRecord;
+using storage::Status;
+
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Who holds a reservation: drawn at random per request, so that a late
+// finish of an expired reservation cannot settle the one that replaced it.
+uint64_t NewOwner() {
+  thread_local std::mt19937_64 engine{std::random_device{}()};
+  uint64_t owner = 0;
+  while (owner == 0) owner = engine();
+  return owner;
+}
+
+// The first lookup of a waiting repeat comes after this, each next one
+// after twice the last, up to kMaxWaitStep.
+constexpr std::chrono::milliseconds kFirstWaitStep{2};
+constexpr std::chrono::milliseconds kMaxWaitStep{100};
+
+}  // namespace
+
+storage::IdempotencyStore& IdempotencyGate::store() const { return *session_.ctx_.idempotency; }
+
+const config::IdempotencyConfig& IdempotencyGate::config() const {
+  return *session_.intent_.idempotency.config;
+}
+
+void IdempotencyGate::Reset() {
+  state_ = State::kOff;
+  found_.reset();
+  captured_ = {};
+  response_seen_ = false;
+  store_pending_ = false;
+  finish_after_store_.reset();
+  std::string().swap(replay_head_);
+}
+
+void IdempotencyGate::Cancel() {
+  if (timer_) timer_->cancel();
+}
+
+void IdempotencyGate::Begin() {
+  const auto& req = session_.req_parser_->get();
+  const CanonicalTarget& target = session_.target_;
+  const auto* destination = session_.Destination();
+  head_digest_ = IdempotencyHeadDigest(
+      req.method_string(), target.path,
+      target.has_query ? std::optional<std::string_view>(target.query) : std::nullopt,
+      destination != nullptr ? std::string_view(destination->target.path) : std::string_view{},
+      session_.intent_.idempotency.scope);
+  wait_until_ = Clock::now() + session_.config_.upstream.timeout;
+  wait_step_ = kFirstWaitStep;
+  Reserve();
+}
+
+void IdempotencyGate::Reserve() {
+  state_ = State::kReserving;
+  owner_ = NewOwner();
+  created_ms_ = NowMs();
+  IdempotencyRecord reservation;
+  reservation.state = IdempotencyRecord::State::kReserved;
+  reservation.owner = owner_;
+  reservation.created_ms = created_ms_;
+  reservation.expires_ms = created_ms_ + config().in_flight_timeout.count();
+  reservation.head_digest = head_digest_;
+  asio::any_io_executor ex = session_.stream_.get_executor();
+  store().ReserveKey(session_.intent_.idempotency.record_key, std::move(reservation),
+                     [self = session_.shared_from_this(), ex](const Status& s,
+                                                              storage::Reservation r) {
+                       asio::dispatch(ex, [self, s, r = std::move(r)]() mutable {
+                         self->idem_.OnReserved(s, std::move(r));
+                       });
+                     });
+}
+
+void IdempotencyGate::StoreError(const Status& status, const char* what) {
+  session_.ctx_.idempotency_counters.store_errors.fetch_add(1, std::memory_order_relaxed);
+  spdlog::error("idempotency key {} on route {}: {} failed: {}",
+                session_.intent_.idempotency.client_key, session_.intent_.idempotency.route, what,
+                status.ToString());
+  state_ = State::kSettled;
+  session_.SendReply(MakeStoreError(status), "store_unavailable");
+}
+
+void IdempotencyGate::OnReserved(const Status& status, storage::Reservation reservation) {
+  if (!status.ok()) return StoreError(status, "reserving the key");
+  auto& counters = session_.ctx_.idempotency_counters;
+  if (reservation.reserved) {
+    state_ = State::kRunning;
+    counters.executions.fetch_add(1, std::memory_order_relaxed);
+    if (reservation.replaced_expired) counters.expirations.fetch_add(1, std::memory_order_relaxed);
+    body_sha_.Finish();  // starts over
+    response_seen_ = false;
+    return session_.Proceed();
+  }
+  OnExisting(std::move(*reservation.existing));
+}
+
+void IdempotencyGate::OnExisting(IdempotencyRecord record) {
+  auto& counters = session_.ctx_.idempotency_counters;
+  const IdempotentRequest& idem = session_.intent_.idempotency;
+  if (record.head_digest != head_digest_) {
+    counters.mismatches.fetch_add(1, std::memory_order_relaxed);
+    state_ = State::kSettled;
+    return session_.SendReply(
+        MakeError(http::status::unprocessable_entity, "idempotency_mismatch",
+                  "this idempotency key was used with another method, path or scope",
+                  {{"key", idem.client_key}}),
+        "idempotency_mismatch");
+  }
+  if (record.state == IdempotencyRecord::State::kFinished) {
+    found_ = std::move(record);
+    state_ = State::kRepeat;
+    body_sha_.Finish();
+    return DoRepeatBody();
+  }
+  // Still running.
+  if (config().concurrent == config::IdempotencyConcurrency::kWait &&
+      Clock::now() + wait_step_ < wait_until_) {
+    if (state_ != State::kWaiting) counters.waits.fetch_add(1, std::memory_order_relaxed);
+    state_ = State::kWaiting;
+    if (!timer_) timer_.emplace(session_.stream_.get_executor());
+    timer_->expires_after(wait_step_);
+    wait_step_ = std::min(wait_step_ * 2, kMaxWaitStep);
+    timer_->async_wait([self = session_.shared_from_this()](boost::system::error_code ec) {
+      if (ec) return;  // cancelled: the session closed
+      self->idem_.Poll();
+    });
+    return;
+  }
+  counters.conflicts.fetch_add(1, std::memory_order_relaxed);
+  state_ = State::kSettled;
+  session_.SendReply(
+      MakeError(http::status::conflict, "idempotency_in_flight",
+                config().concurrent == config::IdempotencyConcurrency::kWait
+                    ? "a request with this idempotency key is still running after "
+                      "upstream.timeout; retry later"
+                    : "a request with this idempotency key is still running; retry later",
+                {{"key", idem.client_key}}),
+      "idempotency_in_flight");
+}
+
+void IdempotencyGate::Poll() {
+  state_ = State::kWaiting;
+  asio::any_io_executor ex = session_.stream_.get_executor();
+  store().LookupKey(
+      session_.intent_.idempotency.record_key, NowMs(),
+      [self = session_.shared_from_this(), ex](const Status& s,
+                                               std::optional<IdempotencyRecord> record) {
+        asio::dispatch(ex, [self, s, record = std::move(record)]() mutable {
+          self->idem_.OnPolled(s, std::move(record));
+        });
+      });
+}
+
+void IdempotencyGate::OnPolled(const Status& status, std::optional<IdempotencyRecord> record) {
+  if (!status.ok()) return StoreError(status, "looking the key up");
+  // Released or expired: this request may run now.
+  if (!record) return Reserve();
+  OnExisting(std::move(*record));
+}
+
+// ---------------------------------------------------------------------------
+// A repeat of a finished request: its body is read and hashed, not sent.
+
+void IdempotencyGate::DoRepeatBody() {
+  auto& parser = *session_.req_parser_;
+  if (parser.is_done()) {
+    if (body_sha_.Finish() != found_->body_digest) {
+      session_.ctx_.idempotency_counters.mismatches.fetch_add(1, std::memory_order_relaxed);
+      state_ = State::kSettled;
+      return session_.SendReply(
+          MakeError(http::status::unprocessable_entity, "idempotency_mismatch",
+                    "this idempotency key was used with another request body",
+                    {{"key", session_.intent_.idempotency.client_key}}),
+          "idempotency_mismatch");
+    }
+    return Replay();
+  }
+  auto& body = parser.get().body();
+  BodyBuffer& buffer = session_.exchange_.body();
+  body.data = buffer.Get(parser.content_length_remaining().value_or(BodyBuffer::kMaxSize));
+  body.size = buffer.capacity();
+  boost::system::error_code ec;
+  if (ParseBuffered(parser, session_.buffer_, kMessageDone, ec)) return OnRepeatBodyPiece(ec);
+  http::async_read(session_.stream_, session_.buffer_, parser,
+                   Timed(session_.client_deadline_, session_.config_.limits.idle_timeout,
+                         [self = session_.shared_from_this()](boost::system::error_code ec,
+                                                              size_t) {
+                           self->idem_.OnRepeatBodyPiece(ec);
+                         }));
+}
+
+void IdempotencyGate::OnRepeatBodyPiece(boost::system::error_code ec) {
+  if (ec && ec == http::error::need_buffer) ec = {};
+  if (ec && ec == http::error::body_limit) {
+    state_ = State::kSettled;
+    session_.request_keep_alive_ = false;
+    return session_.SendReply(
+        MakeError(http::status::payload_too_large, "body_too_large",
+                  "the request body is larger than limits.max_body_bytes (" +
+                      std::to_string(session_.config_.limits.max_body_bytes) + ")"),
+        "bad_request");
+  }
+  if (ec) {
+    state_ = State::kSettled;
+    session_.record_.outcome = "client_error";
+    return session_.Close();
+  }
+  BodyBuffer& buffer = session_.exchange_.body();
+  size_t n = buffer.capacity() - session_.req_parser_->get().body().size;
+  body_sha_.Update(buffer.data(), n);
+  session_.record_.bytes_in += n;
+  DoRepeatBody();
+}
+
+void IdempotencyGate::Replay() {
+  state_ = State::kSettled;
+  auto& counters = session_.ctx_.idempotency_counters;
+  const storage::StoredResponse& stored = found_->response;
+  if (!stored.body_kept) {
+    counters.not_kept.fetch_add(1, std::memory_order_relaxed);
+    return session_.SendReply(
+        MakeError(http::status::conflict, "idempotency_response_not_kept",
+                  "the request with this idempotency key already ran, but its response body (" +
+                      std::to_string(stored.body_bytes) +
+                      " bytes) was larger than max_response_bytes and was not kept",
+                  {{"key", session_.intent_.idempotency.client_key},
+                   {"status", stored.status},
+                   {"body_bytes", stored.body_bytes}}),
+        "idempotency_response_not_kept");
+  }
+  counters.replays.fetch_add(1, std::memory_order_relaxed);
+  const auto& req = session_.req_parser_->get();
+  const bool keep_alive = session_.request_keep_alive_ &&
+                          !session_.ctx_.draining.load(std::memory_order_relaxed);
+  session_.request_keep_alive_ = keep_alive;
+  replay_head_.clear();
+  AppendReplayHead(stored, req.version() >= 11, keep_alive, session_.request_id_, &replay_head_);
+  auto& record = session_.record_;
+  record.outcome = "replayed";
+  record.status = stored.status;
+  const bool has_body = ReplayHasBody(stored.status);
+  record.bytes_out += has_body ? stored.body.size() : 0;
+  WriteWhole(session_.stream_,
+             {asio::buffer(replay_head_),
+              has_body ? asio::buffer(stored.body) : asio::const_buffer()},
+             session_.client_deadline_, session_.config_.limits.idle_timeout,
+             [self = session_.shared_from_this()](boost::system::error_code ec, bool) {
+               if (ec) return self->Close();
+               self->FinishRequest(self->request_keep_alive_);
+             });
+}
+
+// ---------------------------------------------------------------------------
+// The request that runs: its response is kept as it is relayed.
+
+void IdempotencyGate::OnResponseHead() {
+  if (state_ != State::kRunning) return;
+  CaptureResponseHead(session_.exchange_.response_parser(), &captured_);
+  response_seen_ = true;
+}
+
+void IdempotencyGate::OnResponseBody(const char* data, size_t size) {
+  if (state_ != State::kRunning || !response_seen_) return;
+  captured_.body_bytes += size;
+  if (!captured_.body_kept) return;
+  if (captured_.body.size() + size > config().max_response_bytes) {
+    captured_.body_kept = false;
+    std::string().swap(captured_.body);
+    return;
+  }
+  captured_.body.append(data, size);
+}
+
+void IdempotencyGate::OnResponseComplete() {
+  if (state_ != State::kRunning || !response_seen_) return;
+  const IdempotentRequest& idem = session_.intent_.idempotency;
+  if (!session_.req_parser_->is_done()) {
+    // The backend answered before it read the whole body: the body's
+    // digest is unknown, so a repeat could not be matched. The request
+    // stays runnable: the key is given back.
+    spdlog::info("idempotency key {} on route {}: the backend answered {} before the request "
+                 "body ended; the key is released, not kept",
+                 idem.client_key, idem.route, captured_.status);
+    return Release();
+  }
+  state_ = State::kSettled;
+  IdempotencyRecord finished;
+  finished.state = IdempotencyRecord::State::kFinished;
+  finished.owner = owner_;
+  finished.created_ms = created_ms_;
+  const int64_t now = NowMs();
+  finished.expires_ms = now + config().window.count();
+  finished.head_digest = head_digest_;
+  finished.body_digest = body_sha_.Finish();
+  if (captured_.headers.size() > storage::kMaxStoredHeaders) {
+    // More fields than a record holds: keep what identifies the response,
+    // not a truncated head that would replay as something else.
+    captured_.body_kept = false;
+  }
+  finished.response = std::move(captured_);
+  if (!finished.response.body_kept) finished.response.headers.clear();
+  store_pending_ = true;
+  asio::any_io_executor ex = session_.stream_.get_executor();
+  std::string client_key = idem.client_key;
+  store().FinishKey(
+      idem.record_key, std::move(finished), now,
+      [self = session_.shared_from_this(), ex, client_key](const Status& s, bool applied) {
+        if (!s.ok()) {
+          self->ctx_.idempotency_counters.store_errors.fetch_add(1, std::memory_order_relaxed);
+          spdlog::error("idempotency key {}: storing the response failed ({}); the key stays "
+                        "reserved until its in_flight_timeout",
+                        client_key, s.ToString());
+        } else if (!applied) {
+          spdlog::warn("idempotency key {}: the reservation ran out and was taken before the "
+                       "response was stored",
+                       client_key);
+        }
+        asio::dispatch(ex, [self] { self->idem_.AfterStore(); });
+      });
+}
+
+void IdempotencyGate::Release() {
+  if (state_ != State::kRunning) return;
+  state_ = State::kSettled;
+  session_.ctx_.idempotency_counters.releases.fetch_add(1, std::memory_order_relaxed);
+  store_pending_ = true;
+  asio::any_io_executor ex = session_.stream_.get_executor();
+  std::string client_key = session_.intent_.idempotency.client_key;
+  store().ReleaseKey(session_.intent_.idempotency.record_key, owner_,
+                     [self = session_.shared_from_this(), ex, client_key](const Status& s, bool) {
+                       if (!s.ok()) {
+                         self->ctx_.idempotency_counters.store_errors.fetch_add(
+                             1, std::memory_order_relaxed);
+                         spdlog::error("idempotency key {}: releasing it failed ({}); it stays "
+                                       "reserved until its in_flight_timeout",
+                                       client_key, s.ToString());
+                       }
+                       asio::dispatch(ex, [self] { self->idem_.AfterStore(); });
+                     });
+}
+
+void IdempotencyGate::AfterStore() {
+  store_pending_ = false;
+  if (!finish_after_store_) return;
+  bool keep_alive = *finish_after_store_;
+  finish_after_store_.reset();
+  session_.FinishRequest(keep_alive);
+}
+
+bool IdempotencyGate::HoldFinish(bool keep_alive) {
+  if (!store_pending_) return false;
+  finish_after_store_ = keep_alive;
+  return true;
+}
+
+}  // namespace fencegate::proxy

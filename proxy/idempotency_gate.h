@@ -1,0 +1,126 @@
+#pragma once
+// IdempotencyGate: the session's side of idempotency keys (docs/contract.md,
+// "Idempotency keys"). For a write that carries a key on a route with
+// `idempotency:` (WriteIntent::idempotency), before anything is forwarded:
+// it reserves the key in the store. Reserved: the request runs (the fence
+// next, when the route fences) while the gate hashes its body as it streams
+// and keeps its response as it is relayed; once the response is read whole
+// the record is finished with both. Not reserved: a finished record with
+// the same fingerprint is replayed (never forwarded, never fenced); another
+// fingerprint is 422; a running one is 409, or with `concurrent: wait` is
+// looked up again until it finishes (then replayed), goes (then reserved
+// again) or upstream.timeout passes (then 409). A reservation whose request
+// was never sent upstream, or whose body the client cut short, is released.
+// One that went upstream and got no whole response stays until its
+// in_flight_timeout: the backend may have run it.
+//
+// Owned by its HttpSession (a member) and run on the session's thread only,
+// like UpstreamExchange; the store's answers come back to that thread, and
+// each holds the session.
+
+#include <boost/asio/steady_timer.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "fence/idempotency_key.h"
+#include "storage/idempotency_store.h"
+
+namespace fencegate::proxy {
+
+class HttpSession;
+
+// What the gates of one server counted (the metrics endpoint's, when it
+// exists). Relaxed atomics: counts, not synchronisation.
+struct IdempotencyCounters {
+  std::atomic<uint64_t> executions{0};  // reserved: the request ran (or was sent to)
+  std::atomic<uint64_t> replays{0};     // a repeat got the stored response
+  std::atomic<uint64_t> mismatches{0};  // 422: the key with another fingerprint
+  std::atomic<uint64_t> conflicts{0};   // 409: the key still in flight
+  std::atomic<uint64_t> waits{0};       // concurrent: wait, a repeat waited
+  std::atomic<uint64_t> expirations{0};  // a reservation replaced an expired record
+  std::atomic<uint64_t> releases{0};     // a reservation given back unrun
+  std::atomic<uint64_t> not_kept{0};     // a repeat of a response too large to keep
+  std::atomic<uint64_t> store_errors{0};  // a store call failed
+};
+
+class IdempotencyGate {
+ public:
+  explicit IdempotencyGate(HttpSession& session) : session_(session) {}
+
+  // The request's key was read (WriteIntent::idempotency): reserve it, then
+  // run the request (HttpSession::Proceed) or answer it.
+  void Begin();
+
+  // While the request runs: hooks of the exchange. No-ops otherwise.
+  bool running() const { return state_ == State::kRunning; }
+  void OnRequestBody(const char* data, size_t size) {
+    if (state_ == State::kRunning) body_sha_.Update(data, size);
+  }
+  void OnResponseHead();  // the final response head was read
+  void OnResponseBody(const char* data, size_t size);
+  // The response was read whole: finish the record.
+  void OnResponseComplete();
+  // The request will not run (refused by the fence) or never reached the
+  // backend: give the key back.
+  void Release();
+
+  // HttpSession::FinishRequest: true when a store call is pending; the gate
+  // then calls FinishRequest(keep_alive) itself when it is done, so that a
+  // repeat behind this request sees the record settled.
+  bool HoldFinish(bool keep_alive);
+  // The session closes: stop waiting.
+  void Cancel();
+  // Between requests.
+  void Reset();
+
+ private:
+  enum class State {
+    kOff,        // not an idempotent request
+    kReserving,  // ReserveKey or a wait's LookupKey pending
+    kWaiting,    // concurrent: wait, between two lookups
+    kRunning,    // reserved: the request runs
+    kRepeat,     // a finished record found: reading the repeat's body
+    kSettled,    // finished or released (or a store call for that pending)
+  };
+  using Clock = std::chrono::steady_clock;
+
+  void Reserve();
+  void OnReserved(const storage::Status& status, storage::Reservation reservation);
+  // A live record of another request is there.
+  void OnExisting(storage::IdempotencyRecord record);
+  void Poll();
+  void OnPolled(const storage::Status& status, std::optional<storage::IdempotencyRecord> record);
+  void DoRepeatBody();
+  void OnRepeatBodyPiece(boost::system::error_code ec);
+  void Replay();
+  void StoreError(const storage::Status& status, const char* what);
+  void AfterStore();
+  storage::IdempotencyStore& store() const;
+  const config::IdempotencyConfig& config() const;
+
+  HttpSession& session_;
+  State state_ = State::kOff;
+  uint64_t owner_ = 0;
+  int64_t created_ms_ = 0;
+  std::string head_digest_;
+  Sha256 body_sha_;
+  // kRepeat: the finished record whose response a repeat gets.
+  std::optional<storage::IdempotencyRecord> found_;
+  // kRunning: the response as it is relayed.
+  storage::StoredResponse captured_;
+  bool response_seen_ = false;
+  // A store call that settles the record is pending; when FinishRequest
+  // came meanwhile, the keep-alive it was called with.
+  bool store_pending_ = false;
+  std::optional<bool> finish_after_store_;
+  // concurrent: wait.
+  std::optional<boost::asio::steady_timer> timer_;
+  Clock::time_point wait_until_;
+  std::chrono::milliseconds wait_step_{0};
+  std::string replay_head_;
+};
+
+}  // namespace fencegate::proxy
