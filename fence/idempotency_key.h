@@ -7,7 +7,9 @@
 
 #include <openssl/evp.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +73,21 @@ class Sha256 {
 std::string IdempotencyHeadDigest(std::string_view method, std::string_view path,
                                   std::optional<std::string_view> query,
                                   std::string_view destination, std::string_view scope);
+
+// What the idempotency gates of one server counted (proxy/idempotency_gate.h),
+// which the admin listener shows (the metrics endpoint's, when it exists).
+// Relaxed atomics: counts, not synchronisation.
+struct IdempotencyCounters {
+  std::atomic<uint64_t> executions{0};  // reserved: the request ran (or was sent to)
+  std::atomic<uint64_t> replays{0};     // a repeat got the stored response
+  std::atomic<uint64_t> mismatches{0};  // 422: the key with another fingerprint
+  std::atomic<uint64_t> conflicts{0};   // 409: the key still in flight
+  std::atomic<uint64_t> waits{0};       // concurrent: wait, a repeat waited
+  std::atomic<uint64_t> expirations{0};  // a reservation replaced an expired record
+  std::atomic<uint64_t> releases{0};     // a reservation given back unrun
+  std::atomic<uint64_t> not_kept{0};     // a repeat of a response too large to keep
+  std::atomic<uint64_t> store_errors{0};  // a store call failed
+};
 
 // Lower-case hex of `bytes` (digests in admin answers and logs).
 std::string HexOf(std::string_view bytes);

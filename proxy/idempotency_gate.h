@@ -19,7 +19,6 @@
 // each holds the session.
 
 #include <boost/asio/steady_timer.hpp>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -31,20 +30,6 @@
 namespace fencegate::proxy {
 
 class HttpSession;
-
-// What the gates of one server counted (the metrics endpoint's, when it
-// exists). Relaxed atomics: counts, not synchronisation.
-struct IdempotencyCounters {
-  std::atomic<uint64_t> executions{0};  // reserved: the request ran (or was sent to)
-  std::atomic<uint64_t> replays{0};     // a repeat got the stored response
-  std::atomic<uint64_t> mismatches{0};  // 422: the key with another fingerprint
-  std::atomic<uint64_t> conflicts{0};   // 409: the key still in flight
-  std::atomic<uint64_t> waits{0};       // concurrent: wait, a repeat waited
-  std::atomic<uint64_t> expirations{0};  // a reservation replaced an expired record
-  std::atomic<uint64_t> releases{0};     // a reservation given back unrun
-  std::atomic<uint64_t> not_kept{0};     // a repeat of a response too large to keep
-  std::atomic<uint64_t> store_errors{0};  // a store call failed
-};
 
 class IdempotencyGate {
  public:
