@@ -53,6 +53,7 @@ void IdempotencyGate::Reset() {
   response_seen_ = false;
   store_pending_ = false;
   finish_after_store_.reset();
+  resume_ = nullptr;
   std::string().swap(replay_head_);
 }
 
@@ -362,8 +363,19 @@ void IdempotencyGate::Release() {
                      });
 }
 
+bool IdempotencyGate::Hold(std::function<void()> resume) {
+  if (!store_pending_) return false;
+  resume_ = std::move(resume);
+  return true;
+}
+
 void IdempotencyGate::AfterStore() {
   store_pending_ = false;
+  if (resume_) {
+    std::function<void()> resume = std::move(resume_);
+    resume_ = nullptr;
+    return resume();
+  }
   if (!finish_after_store_) return;
   bool keep_alive = *finish_after_store_;
   finish_after_store_.reset();

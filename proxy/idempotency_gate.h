@@ -21,6 +21,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -52,6 +53,13 @@ class IdempotencyGate {
   // backend: give the key back.
   void Release();
 
+  // A store call that settles the record is pending.
+  bool pending() const { return store_pending_; }
+  // The response of the request that ran goes to the client only once its
+  // record is stored (a client that has the response can count on a repeat
+  // getting it back): while pending(), keeps `resume` (which writes it) and
+  // returns true; runs it when the store has answered.
+  bool Hold(std::function<void()> resume);
   // HttpSession::FinishRequest: true when a store call is pending; the gate
   // then calls FinishRequest(keep_alive) itself when it is done, so that a
   // repeat behind this request sees the record settled.
@@ -101,6 +109,7 @@ class IdempotencyGate {
   // came meanwhile, the keep-alive it was called with.
   bool store_pending_ = false;
   std::optional<bool> finish_after_store_;
+  std::function<void()> resume_;  // Hold's
   // concurrent: wait.
   std::optional<boost::asio::steady_timer> timer_;
   Clock::time_point wait_until_;

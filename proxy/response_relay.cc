@@ -89,6 +89,12 @@ void UpstreamExchange::WriteResponse() {
   // request_keep_alive_ already holds what the framing allows, so the
   // head's Connection says the same.
   if (res_parser_->is_done()) EndUpstream(true);
+  // An idempotent request's record is stored (OnResponseComplete) before
+  // its response goes.
+  if (session_.idem_.pending() &&
+      session_.idem_.Hold([self = session_.shared_from_this()] { self->exchange_.WriteResponse(); })) {
+    return;
+  }
   const auto& req = session_.req_parser_->get();
   const bool head_request = req.method() == http::verb::head;
   const bool client_http11 = req.version() >= 11;
@@ -151,6 +157,10 @@ void UpstreamExchange::DoResponseBody() {
   down_res_.body().data = nullptr;
   down_res_.body().size = 0;
   down_res_.body().more = false;
+  if (session_.idem_.pending() &&
+      session_.idem_.Hold([self = session_.shared_from_this()] { self->exchange_.WriteDownstream(); })) {
+    return;
+  }
   WriteDownstream();
 }
 
@@ -172,6 +182,11 @@ void UpstreamExchange::OnResponseBodyRead(ec_t ec) {
   down_res_.body().data = n ? body_.data() : nullptr;  // as in OnRequestBodyRead
   down_res_.body().size = n;
   down_res_.body().more = !res_parser_->is_done();
+  // The last piece waits for the record, as in WriteResponse.
+  if (session_.idem_.pending() &&
+      session_.idem_.Hold([self = session_.shared_from_this()] { self->exchange_.WriteDownstream(); })) {
+    return;
+  }
   WriteDownstream();
 }
 

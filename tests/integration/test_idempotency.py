@@ -1,0 +1,293 @@
+"""Idempotency keys through the real binary and the recording backend,
+which counts what it ran (docs/contract.md, "Idempotency keys"): a write
+with a key runs once, and every repeat within the window gets the first
+response back; what differs is refused; what is still running conflicts or
+waits; the record survives restarts and crashes."""
+
+import threading
+import time
+
+import pytest
+
+from fg_helpers import (ADMIN_TOKEN, IO_TIMEOUT, RawConnection, assert_json_error, request)
+
+KEY = "Idempotency-Key"
+
+
+def pay_route(idempotency="1h", mode="off", name="pay", prefix="/pay/"):
+    return {"name": name, "path_prefix": prefix, "mode": mode, "idempotency": idempotency}
+
+
+def runs(backend, path=None):
+    """The requests the backend ran (POST and PUT), optionally on one path."""
+    return [r for r in backend.log()
+            if r["method"] in ("POST", "PUT") and (path is None or r["path"] == path)]
+
+
+def end_to_end(resp):
+    """The response's fields a replay must repeat: all but the ones that
+    belong to each request or connection."""
+    skip = {"x-request-id", "idempotent-replayed", "connection"}
+    return [(k.lower(), v) for k, v in resp.headers if k.lower() not in skip]
+
+
+def post(gate, path, key, body=b"amount=5", headers=()):
+    h = [("X-Test-Seq", "1")] + list(headers)
+    if key is not None:
+        h.append((KEY, key))
+    return request(gate.proxy, "POST", path, h, body)
+
+
+def counters(gate):
+    r = gate.admin_get("/v1/idempotency")
+    assert r.status == 200, r
+    return r.json()
+
+
+def test_a_repeat_gets_the_first_response_byte_for_byte(make_gate, backend):
+    gate = make_gate(routes=[pay_route()])
+    first = post(gate, "/pay/1", "k1", headers=[("X-Test-Response-Bytes", "3000")])
+    assert first.status == 200, first
+    assert first.header("Idempotent-Replayed") is None
+    assert first.body.startswith(b"seq=")
+    again = post(gate, "/pay/1", "k1", headers=[("X-Test-Response-Bytes", "3000")])
+    assert again.status == 200, again
+    assert again.header("Idempotent-Replayed") == "true"
+    assert again.body == first.body
+    assert end_to_end(again) == end_to_end(first)
+    assert again.header("X-Request-Id") != first.header("X-Request-Id")
+    assert len(runs(backend)) == 1
+
+
+def test_a_repeat_pipelined_behind_the_first_on_one_connection_is_replayed(make_gate, backend):
+    gate = make_gate(routes=[pay_route()])
+    with RawConnection(gate.proxy) as c:
+        for _ in range(2):
+            c.send("POST", "/pay/2", [(KEY, "k2"), ("X-Test-Seq", "1")], b"x", close=False)
+        a = c.read_response("POST")
+        b = c.read_response("POST")
+    assert (a.status, b.status) == (200, 200), (a, b)
+    assert b.header("Idempotent-Replayed") == "true"
+    assert b.header("X-Backend-Seq") == a.header("X-Backend-Seq")
+    assert len(runs(backend)) == 1
+
+
+def test_reuse_with_another_body_or_path_is_422(make_gate, backend):
+    gate = make_gate(routes=[pay_route()])
+    assert post(gate, "/pay/3", "k3", body=b"amount=5").status == 200
+    assert_json_error(post(gate, "/pay/3", "k3", body=b"amount=6"), 422, "idempotency_mismatch")
+    assert_json_error(post(gate, "/pay/other", "k3", body=b"amount=5"), 422,
+                      "idempotency_mismatch")
+    r = request(gate.proxy, "PUT", "/pay/3", [(KEY, "k3")], b"amount=5")
+    assert_json_error(r, 422, "idempotency_mismatch")
+    assert len(runs(backend)) == 1
+
+
+def test_concurrent_repeats_conflict_while_the_first_runs(make_gate, backend):
+    gate = make_gate(routes=[pay_route()])
+    results = {}
+    first = threading.Thread(target=lambda: results.setdefault(
+        "first", post(gate, "/pay/4", "k4", headers=[("X-Test-Hold-Until", "k4")])))
+    first.start()
+    backend.wait_until(lambda s: len(s["active"]) == 1, what="the first request at the backend")
+    others = [None] * 6
+
+    def repeat(i):
+        others[i] = post(gate, "/pay/4", "k4", headers=[("X-Test-Hold-Until", "k4")])
+
+    threads = [threading.Thread(target=repeat, args=(i,)) for i in range(len(others))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(IO_TIMEOUT)
+    backend.release("k4")
+    first.join(IO_TIMEOUT)
+    for r in others:
+        assert_json_error(r, 409, "idempotency_in_flight")
+    assert results["first"].status == 200
+    assert len(runs(backend)) == 1
+    assert counters(gate)["conflicts"] == len(others)
+    after = post(gate, "/pay/4", "k4", headers=[("X-Test-Hold-Until", "k4")])
+    assert after.header("Idempotent-Replayed") == "true"
+
+
+def test_with_wait_concurrent_repeats_get_the_first_response(make_gate, backend):
+    gate = make_gate(routes=[pay_route({"window": "1h", "concurrent": "wait"})])
+    n = 6
+    out = [None] * (n + 1)
+
+    def send(i):
+        out[i] = post(gate, "/pay/5", "k5", headers=[("X-Test-Hold-Until", "k5")])
+
+    first = threading.Thread(target=send, args=(0,))
+    first.start()
+    backend.wait_until(lambda s: len(s["active"]) == 1, what="the first request at the backend")
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(1, n + 1)]
+    for t in threads:
+        t.start()
+    # Every repeat is waiting before the first is let go.
+    deadline = time.monotonic() + IO_TIMEOUT
+    while counters(gate)["waits"] < n:
+        assert time.monotonic() < deadline, counters(gate)
+        time.sleep(0.01)  # polling interval of a condition with a deadline
+    backend.release("k5")
+    for t in [first] + threads:
+        t.join(IO_TIMEOUT)
+    assert all(r is not None and r.status == 200 for r in out), out
+    assert len(runs(backend)) == 1
+    seq = out[0].header("X-Backend-Seq")
+    assert all(r.header("X-Backend-Seq") == seq for r in out)
+    assert [r.header("Idempotent-Replayed") for r in out[1:]] == ["true"] * n
+    assert all(r.body == out[0].body for r in out)
+
+
+def test_scope_separates_clients(make_gate, backend):
+    route = pay_route({"window": "1h", "scope": "{header:X-Tenant}"})
+    gate = make_gate(routes=[route])
+    a = post(gate, "/pay/6", "same", headers=[("X-Tenant", "a")])
+    b = post(gate, "/pay/6", "same", headers=[("X-Tenant", "b")])
+    assert (a.status, b.status) == (200, 200)
+    assert a.header("X-Backend-Seq") != b.header("X-Backend-Seq")
+    again = post(gate, "/pay/6", "same", headers=[("X-Tenant", "a")])
+    assert again.header("X-Backend-Seq") == a.header("X-Backend-Seq")
+    assert again.header("Idempotent-Replayed") == "true"
+    assert_json_error(post(gate, "/pay/6", "same"), 400, "bad_idempotency_key")
+    assert len(runs(backend)) == 2
+
+
+def test_keys_are_checked_and_required_when_the_route_says_so(make_gate, backend):
+    gate = make_gate(routes=[pay_route({"window": "1h", "required": True})])
+    assert_json_error(post(gate, "/pay/7", None), 400, "idempotency_key_required")
+    assert_json_error(post(gate, "/pay/7", "k" * 256), 400, "bad_idempotency_key")
+    assert_json_error(post(gate, "/pay/7", "has space"), 400, "bad_idempotency_key")
+    twice = request(gate.proxy, "POST", "/pay/7", [(KEY, "a"), (KEY, "a")], b"x")
+    assert_json_error(twice, 400, "bad_idempotency_key")
+    assert runs(backend) == []
+    assert post(gate, "/pay/7", "k" * 255).status == 200
+    # Reads are not writes: no key needed, nothing kept.
+    assert request(gate.proxy, "GET", "/pay/7").status == 404
+    assert request(gate.proxy, "GET", "/pay/7").status == 404
+
+
+def test_without_the_header_a_write_runs_every_time(make_gate, backend):
+    gate = make_gate(routes=[pay_route()])
+    assert post(gate, "/pay/8", None).status == 200
+    assert post(gate, "/pay/8", None).status == 200
+    assert len(runs(backend)) == 2
+
+
+def test_after_the_window_the_key_runs_again(make_gate, backend):
+    gate = make_gate(routes=[pay_route("1s")])
+    first = post(gate, "/pay/9", "k9")
+    assert first.status == 200
+    deadline = time.monotonic() + IO_TIMEOUT
+    while True:
+        r = post(gate, "/pay/9", "k9")
+        assert r.status == 200, r
+        if r.header("Idempotent-Replayed") is None:
+            break  # forgotten: it ran again
+        assert time.monotonic() < deadline, "the record outlived its window"
+        time.sleep(0.05)  # polling interval of a condition with a deadline
+    assert r.header("X-Backend-Seq") != first.header("X-Backend-Seq")
+    assert len(runs(backend)) == 2
+    assert counters(gate)["expirations"] == 1
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_records_survive_a_restart(make_gate, backend, tmp_path, how):
+    data = tmp_path / "data"
+    gate = make_gate(routes=[pay_route()], data_dir=data)
+    first = post(gate, "/pay/10", "k10")
+    assert first.status == 200
+    if how == "sigterm":
+        gate.stop()
+    else:
+        gate.kill()
+    gate = make_gate(routes=[pay_route()], data_dir=data, name="after")
+    again = post(gate, "/pay/10", "k10")
+    assert again.header("Idempotent-Replayed") == "true", again
+    assert again.header("X-Backend-Seq") == first.header("X-Backend-Seq")
+    assert len(runs(backend)) == 1
+
+
+def test_a_crash_mid_request_holds_the_key_until_in_flight_timeout(make_gate, backend, tmp_path):
+    data = tmp_path / "data"
+    route = pay_route({"window": "1h", "in_flight_timeout": "2s"})
+    gate = make_gate(routes=[route], data_dir=data)
+    held = threading.Thread(target=lambda: _ignore_errors(
+        lambda: post(gate, "/pay/11", "k11", headers=[("X-Test-Hold-Until", "k11")])))
+    held.start()
+    backend.wait_until(lambda s: len(s["active"]) == 1, what="the request at the backend")
+    gate.kill()  # after forwarding, before the response was stored
+    backend.release("k11")
+    held.join(IO_TIMEOUT)
+    reserved_at = time.monotonic()
+    gate = make_gate(routes=[route], data_dir=data, name="after")
+    # The reservation outlived the crash: a repeat does not run at once.
+    r = post(gate, "/pay/11", "k11")
+    if time.monotonic() - reserved_at < 1.5:
+        assert_json_error(r, 409, "idempotency_in_flight")
+    deadline = time.monotonic() + IO_TIMEOUT
+    while r.status == 409:
+        assert time.monotonic() < deadline, r
+        time.sleep(0.05)  # polling interval of a condition with a deadline
+        r = post(gate, "/pay/11", "k11")
+    assert r.status == 200 and r.header("Idempotent-Replayed") is None, r
+    # What the contract says a client may then assume: the backend saw the
+    # write once before the crash and once after in_flight_timeout.
+    assert len(runs(backend, "/pay/11")) == 2
+
+
+def _ignore_errors(fn):
+    try:
+        fn()
+    except (AssertionError, OSError):
+        pass
+
+
+def test_a_fenced_repeat_is_replayed_even_with_a_stale_token(make_gate, backend):
+    route = pay_route("1h", mode="enforce", name="objects", prefix="/objects/")
+    gate = make_gate(routes=[route])
+    first = gate.put("/objects/a", token=5, headers=[(KEY, "w1"), ("X-Test-Seq", "1")])
+    assert first.status == 201, first
+    assert gate.put("/objects/a", token=7).status == 200  # another holder, later
+    again = gate.put("/objects/a", token=5, headers=[(KEY, "w1"), ("X-Test-Seq", "1")])
+    assert again.status == 201 and again.header("Idempotent-Replayed") == "true", again
+    assert again.header("X-Backend-Seq") == first.header("X-Backend-Seq")
+    # A new execution with the stale token is fenced, and its key given back.
+    assert_json_error(gate.put("/objects/a", token=5, headers=[(KEY, "w2")]), 409, "stale_token")
+    ok = gate.put("/objects/a", token=8, headers=[(KEY, "w2")])
+    assert ok.status == 200 and ok.header("Idempotent-Replayed") is None, ok
+    assert len(runs(backend)) == 3
+    assert counters(gate)["releases"] == 1
+
+
+def test_a_response_too_large_to_keep_is_not_run_again(make_gate, backend):
+    route = pay_route({"window": "1h", "max_response_bytes": "1KiB"})
+    gate = make_gate(routes=[route])
+    big = [("X-Test-Response-Bytes", "200000")]
+    first = post(gate, "/pay/12", "k12", headers=big)
+    assert first.status == 200 and len(first.body) == 200000
+    again = post(gate, "/pay/12", "k12", headers=big)
+    body = assert_json_error(again, 409, "idempotency_response_not_kept")
+    assert len(runs(backend)) == 1
+    small = post(gate, "/pay/13", "k13", headers=[("X-Test-Response-Bytes", "1024")])
+    assert post(gate, "/pay/13", "k13", headers=[("X-Test-Response-Bytes", "1024")]).body == \
+        small.body
+
+
+def test_a_write_the_backend_never_got_runs_on_retry(make_gate, backend, tmp_path):
+    from fencegate_proc import free_port
+    dead = free_port()
+    route = pay_route()
+    gate = make_gate(routes=[route],
+                     upstream={"url": f"http://127.0.0.1:{dead}", "connect_timeout": "1s",
+                               "timeout": "10s"})
+    r = post(gate, "/pay/14", "k14")
+    assert r.status == 502, r
+    assert counters(gate)["releases"] == 1
+    # Nothing reached a backend: the key is free, a retry is a first try
+    # (it fails again here, but runs, rather than conflicting).
+    r = post(gate, "/pay/14", "k14")
+    assert r.status == 502, r
+    assert counters(gate)["executions"] == 2
