@@ -78,13 +78,31 @@ struct FaultInjectingStore::Impl {
     timer_done = true;
   }
 
-  // Wraps handler so that it runs after spec.delay on the timer thread.
-  FenceHandler Delayed(std::chrono::milliseconds delay, FenceHandler handler) {
+  // Wraps a (Status, value) handler so that it runs after `delay` on the
+  // timer thread.
+  template <class Handler>
+  Handler Delayed(std::chrono::milliseconds delay, Handler handler) {
     if (delay.count() <= 0) return handler;
-    return [this, delay, handler = std::move(handler)](const Status& s,
-                                                       Fence f) {
-      Schedule(delay, [handler, s, f] { handler(s, f); });
+    return [this, delay, handler = std::move(handler)](const Status& s, auto value) {
+      Schedule(delay, [handler, s, value = std::move(value)]() mutable {
+        handler(s, std::move(value));
+      });
     };
+  }
+
+  // The records' calls: the base's, or an injected failure (fail, as a
+  // write or a read fails) answered on the timer thread with `empty`.
+  template <class Handler, class Value, class Call>
+  void Records(bool write, Handler handler, Value empty, Call call) {
+    if (stopped.load()) return handler(Status::Unavailable("token store is closed"), empty);
+    FaultSpec faults = Faults();
+    if (write ? faults.fail_writes : faults.fail_reads) {
+      Schedule(faults.delay, [handler = std::move(handler), write, empty] {
+        handler(Status::IoError(write ? "injected write fault" : "injected read fault"), empty);
+      });
+      return;
+    }
+    call(*base->Idempotency(), Delayed(faults.delay, std::move(handler)));
   }
 
   const std::unique_ptr<TokenStore> base;
@@ -206,7 +224,37 @@ void FaultInjectingStore::Get(std::string key, GetHandler handler) {
   });
 }
 
-IdempotencyStore* FaultInjectingStore::Idempotency() { return impl_->base->Idempotency(); }
+IdempotencyStore* FaultInjectingStore::Idempotency() {
+  return impl_->base->Idempotency() != nullptr ? this : nullptr;
+}
+
+void FaultInjectingStore::ReserveKey(std::string key, IdempotencyRecord reservation,
+                                     ReserveHandler handler) {
+  impl_->Records(true, std::move(handler), Reservation{},
+                 [&](IdempotencyStore& base, ReserveHandler h) {
+                   base.ReserveKey(std::move(key), std::move(reservation), std::move(h));
+                 });
+}
+
+void FaultInjectingStore::FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
+                                    ChangeHandler handler) {
+  impl_->Records(true, std::move(handler), false, [&](IdempotencyStore& base, ChangeHandler h) {
+    base.FinishKey(std::move(key), std::move(finished), now_ms, std::move(h));
+  });
+}
+
+void FaultInjectingStore::ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) {
+  impl_->Records(true, std::move(handler), false, [&](IdempotencyStore& base, ChangeHandler h) {
+    base.ReleaseKey(std::move(key), owner, std::move(h));
+  });
+}
+
+void FaultInjectingStore::LookupKey(std::string key, int64_t now_ms, LookupHandler handler) {
+  impl_->Records(false, std::move(handler), std::optional<IdempotencyRecord>{},
+                 [&](IdempotencyStore& base, LookupHandler h) {
+                   base.LookupKey(std::move(key), now_ms, std::move(h));
+                 });
+}
 
 Status FaultInjectingStore::Health() const {
   if (!impl_->stopped.load()) {

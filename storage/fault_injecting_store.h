@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 
+#include "storage/idempotency_store.h"
 #include "storage/token_store.h"
 
 namespace fencegate::storage {
@@ -18,7 +19,7 @@ struct FaultSpec {
   std::chrono::milliseconds delay{0};  // delay every completion by this much
 };
 
-class FaultInjectingStore : public TokenStore {
+class FaultInjectingStore : public TokenStore, public IdempotencyStore {
  public:
   // Takes ownership of base and starts one timer thread (which runs
   // injected and delayed completions). No faults are active initially.
@@ -45,9 +46,17 @@ class FaultInjectingStore : public TokenStore {
   // With fail_reads: answers IoError("injected read fault") without calling
   // the base. Delay as for Advance.
   void Get(std::string key, GetHandler handler) override;
-  // The base's idempotency records, passed through: no fault is injected
-  // into them yet.
+  // This wrapper, over the base's idempotency records, when the base keeps
+  // them (else nullptr). ReserveKey, FinishKey and ReleaseKey fail as
+  // writes do (fail_writes: IoError, nothing stored), LookupKey as reads
+  // (fail_reads); every completion is delayed by `delay`.
   IdempotencyStore* Idempotency() override;
+  void ReserveKey(std::string key, IdempotencyRecord reservation,
+                  ReserveHandler handler) override;
+  void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
+                 ChangeHandler handler) override;
+  void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
   // IoError("injected fault") while fail_writes or fail_reads is set (a delay
   // alone is not a fault); otherwise the base's Health().
   Status Health() const override;

@@ -291,3 +291,41 @@ def test_a_write_the_backend_never_got_runs_on_retry(make_gate, backend, tmp_pat
     r = post(gate, "/pay/14", "k14")
     assert r.status == 502, r
     assert counters(gate)["executions"] == 2
+
+
+
+def set_faults(gate, fail_writes=False, fail_reads=False):
+    body = {"fail_writes": fail_writes, "fail_reads": fail_reads, "delay_ms": 0}
+    r = gate.admin_post("/v1/test/store-faults", body, method="PUT")
+    assert r.status == 200, r
+
+
+def test_a_key_the_store_cannot_reserve_runs_nothing(make_gate, backend):
+    gate = make_gate(routes=[pay_route()], extra_args=["--enable-test-faults"])
+    set_faults(gate, fail_writes=True)
+    assert_json_error(post(gate, "/pay/15", "k15"), 503, "store_unavailable")
+    assert runs(backend) == []
+    set_faults(gate)
+    first = post(gate, "/pay/15", "k15")
+    assert first.status == 200 and first.header("Idempotent-Replayed") is None, first
+    assert len(runs(backend)) == 1
+
+
+def test_a_response_the_store_cannot_keep_still_goes_and_the_key_stays_reserved(
+        make_gate, backend):
+    gate = make_gate(routes=[pay_route()], extra_args=["--enable-test-faults"])
+    out = {}
+    held = threading.Thread(target=lambda: out.setdefault(
+        "r", post(gate, "/pay/16", "k16", headers=[("X-Test-Hold-Until", "k16")])))
+    held.start()
+    backend.wait_until(lambda s: len(s["active"]) == 1, what="the request at the backend")
+    set_faults(gate, fail_writes=True)  # the response's record will fail
+    backend.release("k16")
+    held.join(IO_TIMEOUT)
+    assert out["r"].status == 200, out  # the write ran: its answer goes out
+    set_faults(gate)
+    # Not stored, so not replayed; not released, so not run again before
+    # in_flight_timeout.
+    assert_json_error(post(gate, "/pay/16", "k16"), 409, "idempotency_in_flight")
+    assert len(runs(backend)) == 1
+    assert counters(gate)["store_errors"] == 1

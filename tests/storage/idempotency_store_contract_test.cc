@@ -18,6 +18,7 @@
 
 #include <rocksdb/db.h>
 
+#include "storage/fault_injecting_store.h"
 #include "storage/idempotency_store.h"
 #include "storage/memory_store.h"
 #include "storage/rocksdb_options.h"
@@ -54,6 +55,11 @@ std::vector<Engine> Engines() {
        [](const std::string& dir) { return OpenRocks(dir + "/db", Durability::kSync); }},
       {"RocksDbAsync",
        [](const std::string& dir) { return OpenRocks(dir + "/db", Durability::kAsync); }},
+      // The fault-injecting wrapper without faults: the base's contract.
+      {"FaultInjectingOverRocksDb",
+       [](const std::string& dir) {
+         return std::make_unique<FaultInjectingStore>(OpenRocks(dir + "/db", Durability::kSync));
+       }},
   };
 }
 
@@ -256,6 +262,54 @@ TEST_P(IdempotencyStoreContract, AfterCloseEveryCallIsUnavailable) {
 
 INSTANTIATE_TEST_SUITE_P(Contract, IdempotencyStoreContract, ::testing::ValuesIn(Engines()),
                          [](const auto& info) { return info.param.name; });
+
+// Injected faults reach the records as they reach tokens: changes fail as
+// writes, lookups as reads, and nothing is stored by a failed change.
+TEST(FaultInjectingRecords, WritesAndReadsFailAsInjected) {
+  FaultInjectingStore store(std::make_unique<MemoryStore>());
+  IdempotencyStore* records = store.Idempotency();
+  ASSERT_EQ(records, &store);
+  auto reserve = [&](uint64_t owner) {
+    std::promise<std::pair<Status, Reservation>> p;
+    records->ReserveKey("k", Reserved(owner),
+                        [&](const Status& s, Reservation a) { p.set_value({s, std::move(a)}); });
+    return p.get_future().get();
+  };
+  auto lookup = [&] {
+    std::promise<std::pair<Status, std::optional<IdempotencyRecord>>> p;
+    records->LookupKey("k", kNow, [&](const Status& s, std::optional<IdempotencyRecord> r) {
+      p.set_value({s, std::move(r)});
+    });
+    return p.get_future().get();
+  };
+  store.SetFaults(FaultSpec{.fail_writes = true});
+  auto [failed, none] = reserve(1);
+  EXPECT_TRUE(failed.code() == Status::Code::kIoError) << failed.ToString();
+  EXPECT_FALSE(none.reserved);
+  store.SetFaults(FaultSpec{});
+  EXPECT_FALSE(lookup().second.has_value()) << "a failed reserve stored nothing";
+  ASSERT_TRUE(reserve(2).second.reserved);
+  store.SetFaults(FaultSpec{.fail_reads = true, .delay = std::chrono::milliseconds(5)});
+  EXPECT_TRUE(lookup().first.code() == Status::Code::kIoError);
+  std::promise<Status> finish;
+  store.SetFaults(FaultSpec{.fail_writes = true});
+  records->FinishKey("k", Finished(2), kNow,
+                     [&](const Status& s, bool) { finish.set_value(s); });
+  EXPECT_TRUE(finish.get_future().get().code() == Status::Code::kIoError);
+  std::promise<Status> release;
+  records->ReleaseKey("k", 2, [&](const Status& s, bool) { release.set_value(s); });
+  EXPECT_TRUE(release.get_future().get().code() == Status::Code::kIoError);
+  store.SetFaults(FaultSpec{});
+  EXPECT_EQ(lookup().second, Reserved(2)) << "failed changes changed nothing";
+}
+
+TEST(FaultInjectingRecords, NoRecordsWithoutABaseThatKeepsThem) {
+  struct Tokens : MemoryStore {
+    IdempotencyStore* Idempotency() override { return nullptr; }
+  };
+  FaultInjectingStore store(std::make_unique<Tokens>());
+  EXPECT_EQ(store.Idempotency(), nullptr);
+}
 
 // The memory engine's sweep, and a damaged record answered as Corruption
 // by every call that reads it (the decisions every engine shares).
