@@ -33,6 +33,7 @@ std::string AccessLogLine(const RequestRecord& record, std::string_view request_
   if (!intent.key.empty()) line["key"] = intent.key;
   if (intent.kind == WriteIntent::Kind::kFence) line["token"] = intent.token;
   if (!intent.shadow_violation.empty()) line["shadow_violation"] = intent.shadow_violation;
+  if (intent.idempotency.on()) line["idempotency_key"] = intent.idempotency.client_key;
   if (record.upstream_started != RequestRecord::Clock::time_point{} &&
       record.upstream_ended >= record.upstream_started) {
     line["upstream_ms"] = Millis(record.upstream_ended - record.upstream_started);

@@ -91,6 +91,24 @@ TEST(AccessLog, ShadowViolationAndBytesThatAreNotUtf8) {
                                             intent, record.started));
   EXPECT_EQ(line["key"], "t\xEF\xBF\xBD:/objects/a");  // U+FFFD for the bad byte
   EXPECT_EQ(line["shadow_violation"], "stale");
+  EXPECT_FALSE(line.contains("idempotency_key"));
+}
+
+TEST(AccessLog, AnIdempotentRequestNamesItsKeyNeverItsScope) {
+  config::IdempotencyConfig idem;
+  WriteIntent intent;
+  intent.idempotency.config = &idem;
+  intent.idempotency.client_key = "pay-123";
+  intent.idempotency.scope = "Bearer secret";
+  RequestRecord record;
+  record.started = Clock::now();
+  record.outcome = "replayed";
+  std::string text =
+      AccessLogLine(record, "req-4", "10.0.0.1", "POST", "/pay/1", intent, record.started);
+  nlohmann::json line = Parse(text);
+  EXPECT_EQ(line["idempotency_key"], "pay-123");
+  EXPECT_EQ(line["outcome"], "replayed");
+  EXPECT_EQ(text.find("secret"), std::string::npos) << text;
 }
 
 TEST(AccessLog, ResetKeepsNothingOfTheLastRequest) {
