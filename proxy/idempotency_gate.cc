@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/write.hpp>
 #include <random>
 
 #include "net/write_whole.h"
+#include "proxy/hop_by_hop.h"
 #include "proxy/http_session.h"
 #include "proxy/relay_io.h"
 #include "proxy/replay.h"
@@ -54,10 +56,12 @@ void IdempotencyGate::Reset() {
   store_pending_ = false;
   finish_after_store_.reset();
   resume_ = nullptr;
+  continue_sent_ = false;
   std::string().swap(replay_head_);
 }
 
 void IdempotencyGate::Cancel() {
+  closed_ = true;
   if (timer_) timer_->cancel();
 }
 
@@ -105,6 +109,15 @@ void IdempotencyGate::StoreError(const Status& status, const char* what) {
 }
 
 void IdempotencyGate::OnReserved(const Status& status, storage::Reservation reservation) {
+  if (closed_) {
+    // The session closed while the store decided (a shutdown, a deadline):
+    // nothing runs; a reservation made meanwhile is given back.
+    if (status.ok() && reservation.reserved) {
+      state_ = State::kRunning;
+      Release();
+    }
+    return;
+  }
   if (!status.ok()) return StoreError(status, "reserving the key");
   auto& counters = session_.ctx_.idempotency_counters;
   if (reservation.reserved) {
@@ -176,6 +189,7 @@ void IdempotencyGate::Poll() {
 }
 
 void IdempotencyGate::OnPolled(const Status& status, std::optional<IdempotencyRecord> record) {
+  if (closed_) return;
   if (!status.ok()) return StoreError(status, "looking the key up");
   // Released or expired: this request may run now.
   if (!record) return Reserve();
@@ -198,6 +212,19 @@ void IdempotencyGate::DoRepeatBody() {
           "idempotency_mismatch");
     }
     return Replay();
+  }
+  if (!continue_sent_ && ExpectsContinue(parser.get().base())) {
+    // The client waits for a go-ahead before it sends the body that must
+    // be compared.
+    continue_sent_ = true;
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    return asio::async_write(
+        session_.stream_, asio::buffer(kContinue.data(), kContinue.size()),
+        Timed(session_.client_deadline_, session_.config_.limits.idle_timeout,
+              [self = session_.shared_from_this()](boost::system::error_code ec, size_t) {
+                if (ec) return self->Close();
+                self->idem_.DoRepeatBody();
+              }));
   }
   auto& body = parser.get().body();
   BodyBuffer& buffer = session_.exchange_.body();

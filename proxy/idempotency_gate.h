@@ -115,6 +115,8 @@ class IdempotencyGate {
   Clock::time_point wait_until_;
   std::chrono::milliseconds wait_step_{0};
   std::string replay_head_;
+  bool continue_sent_ = false;  // a repeat's 100 Continue went to the client
+  bool closed_ = false;         // the session closed (Cancel): answers are dropped
 };
 
 }  // namespace fencegate::proxy

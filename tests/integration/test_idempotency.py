@@ -329,3 +329,19 @@ def test_a_response_the_store_cannot_keep_still_goes_and_the_key_stays_reserved(
     assert_json_error(post(gate, "/pay/16", "k16"), 409, "idempotency_in_flight")
     assert len(runs(backend)) == 1
     assert counters(gate)["store_errors"] == 1
+
+
+def test_a_repeat_that_expects_100_continue_gets_it_then_the_replay(make_gate, backend):
+    gate = make_gate(routes=[pay_route()])
+    first = post(gate, "/pay/17", "k17", body=b"amount=5")
+    assert first.status == 200
+    with RawConnection(gate.proxy) as c:
+        c.send("POST", "/pay/17", [(KEY, "k17"), ("X-Test-Seq", "1"), ("Expect", "100-continue"),
+                                   ("Content-Length", "8")], b"")
+        interim = c.read_interim()
+        assert interim == 100, interim
+        c.send_raw(b"amount=5")
+        again = c.read_response("POST")
+    assert again.header("Idempotent-Replayed") == "true", again
+    assert again.header("X-Backend-Seq") == first.header("X-Backend-Seq")
+    assert len(runs(backend)) == 1
