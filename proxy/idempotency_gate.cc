@@ -99,6 +99,14 @@ void IdempotencyGate::Reserve() {
                      });
 }
 
+void IdempotencyGate::StartBodyDigest() {
+  if (body_sha_) {
+    body_sha_->Finish();  // starts over
+  } else {
+    body_sha_.emplace();
+  }
+}
+
 void IdempotencyGate::StoreError(const Status& status, const char* what) {
   session_.ctx_.idempotency_counters.store_errors.fetch_add(1, std::memory_order_relaxed);
   spdlog::error("idempotency key {} on route {}: {} failed: {}",
@@ -124,7 +132,7 @@ void IdempotencyGate::OnReserved(const Status& status, storage::Reservation rese
     state_ = State::kRunning;
     counters.executions.fetch_add(1, std::memory_order_relaxed);
     if (reservation.replaced_expired) counters.expirations.fetch_add(1, std::memory_order_relaxed);
-    body_sha_.Finish();  // starts over
+    StartBodyDigest();
     response_seen_ = false;
     return session_.Proceed();
   }
@@ -146,7 +154,7 @@ void IdempotencyGate::OnExisting(IdempotencyRecord record) {
   if (record.state == IdempotencyRecord::State::kFinished) {
     found_ = std::move(record);
     state_ = State::kRepeat;
-    body_sha_.Finish();
+    StartBodyDigest();
     return DoRepeatBody();
   }
   // Still running.
@@ -202,7 +210,7 @@ void IdempotencyGate::OnPolled(const Status& status, std::optional<IdempotencyRe
 void IdempotencyGate::DoRepeatBody() {
   auto& parser = *session_.req_parser_;
   if (parser.is_done()) {
-    if (body_sha_.Finish() != found_->body_digest) {
+    if (body_sha_->Finish() != found_->body_digest) {
       session_.ctx_.idempotency_counters.mismatches.fetch_add(1, std::memory_order_relaxed);
       state_ = State::kSettled;
       return session_.SendReply(
@@ -258,7 +266,7 @@ void IdempotencyGate::OnRepeatBodyPiece(boost::system::error_code ec) {
   }
   BodyBuffer& buffer = session_.exchange_.body();
   size_t n = buffer.capacity() - session_.req_parser_->get().body().size;
-  body_sha_.Update(buffer.data(), n);
+  body_sha_->Update(buffer.data(), n);
   session_.record_.bytes_in += n;
   DoRepeatBody();
 }
@@ -342,7 +350,7 @@ void IdempotencyGate::OnResponseComplete() {
   const int64_t now = NowMs();
   finished.expires_ms = now + config().window.count();
   finished.head_digest = head_digest_;
-  finished.body_digest = body_sha_.Finish();
+  finished.body_digest = body_sha_->Finish();
   if (captured_.headers.size() > storage::kMaxStoredHeaders) {
     // More fields than a record holds: keep what identifies the response,
     // not a truncated head that would replay as something else.

@@ -43,7 +43,7 @@ class IdempotencyGate {
   // While the request runs: hooks of the exchange. No-ops otherwise.
   bool running() const { return state_ == State::kRunning; }
   void OnRequestBody(const char* data, size_t size) {
-    if (state_ == State::kRunning) body_sha_.Update(data, size);
+    if (state_ == State::kRunning) body_sha_->Update(data, size);
   }
   void OnResponseHead();  // the final response head was read
   void OnResponseBody(const char* data, size_t size);
@@ -89,6 +89,7 @@ class IdempotencyGate {
   void DoRepeatBody();
   void OnRepeatBodyPiece(boost::system::error_code ec);
   void Replay();
+  void StartBodyDigest();
   void StoreError(const storage::Status& status, const char* what);
   void AfterStore();
   storage::IdempotencyStore& store() const;
@@ -99,7 +100,9 @@ class IdempotencyGate {
   uint64_t owner_ = 0;
   int64_t created_ms_ = 0;
   std::string head_digest_;
-  Sha256 body_sha_;
+  // The body's digest, made on first use (most connections never need
+  // one), then started over for each request (StartBodyDigest).
+  std::optional<Sha256> body_sha_;
   // kRepeat: the finished record whose response a repeat gets.
   std::optional<storage::IdempotencyRecord> found_;
   // kRunning: the response as it is relayed.
