@@ -13,6 +13,23 @@ namespace {
 constexpr std::string_view kKeysPrefix = "/v1/keys/";
 constexpr std::string_view kFenceSuffix = "/fence";
 constexpr std::string_view kBearer = "Bearer ";
+constexpr std::string_view kIdempotencyPrefix = "/v1/idempotency/";
+constexpr std::string_view kScopeParam = "scope=";
+
+// Percent-decodes `text` into *out: false when it is not valid
+// percent-encoding. '+' stays a plus sign.
+bool Decode(std::string_view text, std::string* out) {
+  auto pct = boost::urls::make_pct_string_view(text);
+  if (!pct) return false;
+  *out = pct->decode();
+  return true;
+}
+
+// One path segment: not empty, no '/' or '?', and decoding to something.
+bool DecodeSegment(std::string_view segment, std::string* out) {
+  if (segment.empty() || segment.find_first_of("/?") != std::string_view::npos) return false;
+  return Decode(segment, out) && !out->empty();
+}
 }  // namespace
 
 bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence) {
@@ -24,14 +41,33 @@ bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence)
     rest.remove_suffix(kFenceSuffix.size());
     *fence = true;
   }
-  if (rest.empty() || rest.find('/') != std::string_view::npos ||
-      rest.find('?') != std::string_view::npos) {
+  return DecodeSegment(rest, key);
+}
+
+bool ParseIdempotencyTarget(std::string_view target, IdempotencyTarget* out) {
+  if (target.substr(0, kIdempotencyPrefix.size()) != kIdempotencyPrefix) return false;
+  std::string_view rest = target.substr(kIdempotencyPrefix.size());
+  std::string_view query;
+  bool has_query = false;
+  if (size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+    has_query = true;
+  }
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) return false;
+  if (!DecodeSegment(rest.substr(0, slash), &out->route) ||
+      !DecodeSegment(rest.substr(slash + 1), &out->key)) {
     return false;
   }
-  auto pct = boost::urls::make_pct_string_view(rest);
-  if (!pct) return false;
-  *key = pct->decode();
-  return !key->empty();
+  out->scope.clear();
+  if (!has_query) return true;
+  // Exactly "scope=<value>": another parameter, or scope twice, would be a
+  // guess at what the caller meant.
+  if (query.substr(0, kScopeParam.size()) != kScopeParam) return false;
+  std::string_view value = query.substr(kScopeParam.size());
+  if (value.find('&') != std::string_view::npos) return false;
+  return Decode(value, &out->scope);
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

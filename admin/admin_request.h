@@ -1,6 +1,7 @@
 #pragma once
 // Decoding of admin requests (docs/contract.md, "Admin API"), without
-// sockets: the key in the target, the bearer token check and the fence body.
+// sockets: the key in the target, an idempotency record's target, the
+// bearer token check and the fence body.
 // AdminSession calls these; unit tests and the admin_request fuzz target
 // drive them directly.
 
@@ -15,6 +16,20 @@ namespace fencegate::proxy {
 // key. Returns false when the target is not of that shape or not valid
 // percent-encoding, or when the key decodes to nothing.
 bool ParseAdminKeyTarget(std::string_view target, std::string* key, bool* fence);
+
+// The parts of "/v1/idempotency/<route>/<key>", each one percent-encoded
+// path segment, with an optional query "?scope=<scope>", percent-encoded
+// ('+' is a plus sign, not a space: a scope may hold a base64 credential).
+struct IdempotencyTarget {
+  std::string route;
+  std::string key;    // the client's key as sent (not yet checked)
+  std::string scope;  // "" without ?scope= (a route without a scope)
+};
+
+// Splits and decodes such a target into *out. False when it is not of that
+// shape: a route or key that is not one segment, decodes to nothing or is
+// not valid percent-encoding; a query with anything but one "scope".
+bool ParseIdempotencyTarget(std::string_view target, IdempotencyTarget* out);
 
 // "" when a decoded admin key can be a key at all, else why not (for a 400
 // bad_key): longer than kMaxKeyBytes, as no route's key can be

@@ -2,12 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <chrono>
 
 #include "admin/admin_request.h"
+#include "admin/idempotency_answer.h"
 #include "net/head_limit.h"
 
 namespace fencegate::proxy {
@@ -19,8 +22,17 @@ using nlohmann::json;
 
 namespace {
 constexpr std::string_view kKeysPrefix = "/v1/keys/";
+constexpr std::string_view kIdempotencyPath = "/v1/idempotency";
+constexpr std::string_view kIdempotencyPrefix = "/v1/idempotency/";
 constexpr size_t kMaxAdminBody = size_t{64} * 1024;
 constexpr size_t kHeadReadSize = size_t{64} * 1024;  // the most a head read asks for
+
+// The records' clock, as the idempotency gates read it.
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
 
 AdminSession::AdminSession(tcp::socket&& socket, AdminContext& context)
@@ -111,6 +123,10 @@ void AdminSession::Handle() {
   }
   if (target == "/readyz") return HandleReady();
   if (target == "/v1/test/store-faults" && ctx_.set_faults) return HandleFaults();
+  if (target == kIdempotencyPath) return HandleIdempotencyCounters();
+  if (target.substr(0, kIdempotencyPrefix.size()) == kIdempotencyPrefix) {
+    return HandleIdempotencyRecord();
+  }
   if (ParseAdminKeyTarget(target, &key, &fence)) {
     // Refused here, with what is wrong: the store would answer it as a
     // failure (503).
@@ -216,6 +232,76 @@ void AdminSession::HandleFaults() {
   spdlog::warn("test faults set: fail_writes={} fail_reads={} delay_ms={}", spec.fail_writes,
                spec.fail_reads, spec.delay.count());
   Send(MakeJson(http::status::ok, body));
+}
+
+void AdminSession::HandleIdempotencyCounters() {
+  if (parser_->get().method() != http::verb::get) {
+    return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
+  }
+  static const IdempotencyCounters kNothingCounted;
+  const IdempotencyCounters* counters = ctx_.idempotency_counters;
+  Send(MakeJson(http::status::ok,
+                IdempotencyCountersJson(counters != nullptr ? *counters : kNothingCounted)));
+}
+
+void AdminSession::HandleIdempotencyRecord() {
+  const auto& req = parser_->get();
+  if (req.method() != http::verb::get) {
+    return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
+  }
+  // A stored response may be private, and so may which routes and keys
+  // exist: the bearer first, as for the admin writes.
+  if (!Authorized()) return;
+  IdempotencyTarget t;
+  if (!ParseIdempotencyTarget(req.target(), &t)) {
+    return Send(MakeError(http::status::bad_request, "bad_request",
+                          "the target must be /v1/idempotency/{route}/{key}, optionally with "
+                          "?scope=S, each part percent-encoded and {route} and {key} one path "
+                          "segment each"));
+  }
+  const auto& routes = ctx_.config->routes;
+  auto found = std::find_if(routes.begin(), routes.end(),
+                            [&](const config::RouteConfig& r) { return r.name == t.route; });
+  if (found == routes.end()) {
+    return Send(MakeError(http::status::not_found, "unknown_route",
+                          "no route is named " + t.route, {{"route", t.route}}));
+  }
+  const std::optional<config::IdempotencyConfig>& idempotency = found->idempotency;
+  if (!idempotency || ctx_.idempotency == nullptr) {
+    return Send(MakeError(http::status::not_found, "not_idempotent",
+                          "route " + t.route + " has no idempotency keys (idempotency: off)",
+                          {{"route", t.route}}));
+  }
+  if (!IsValidIdempotencyKey(t.key)) {
+    return Send(MakeError(http::status::bad_request, "bad_idempotency_key",
+                          "an idempotency key is 1 to " + std::to_string(kMaxIdempotencyKeyBytes) +
+                              " visible ASCII characters"));
+  }
+  // A scope names the record as the route's scope template expanded it;
+  // a route that scopes its keys has no record without one.
+  const bool scoped = !t.scope.empty();
+  std::string hint = "no live record for this key";
+  if (!scoped && !idempotency->scope.empty()) {
+    hint += "; the route scopes its keys by " + idempotency->scope + ": add ?scope=";
+  } else if (scoped && idempotency->scope.empty()) {
+    hint += "; the route does not scope its keys: leave out ?scope=";
+  }
+  // Outstanding work until the store has answered, as in HandleKey.
+  auto work = asio::prefer(stream_.get_executor(), asio::execution::outstanding_work.tracked);
+  std::string record_key = IdempotencyRecordKey(t.route, t.scope, t.key);
+  ctx_.idempotency->LookupKey(
+      std::move(record_key), NowMs(),
+      [self = shared_from_this(), route = t.route, key = t.key, scoped, hint, work](
+          const storage::Status& st, std::optional<storage::IdempotencyRecord> record) mutable {
+        if (!st.ok()) return SendFromStore(std::move(self), MakeStoreError(st));
+        if (!record) {
+          return SendFromStore(std::move(self),
+                               MakeError(http::status::not_found, "no_record", hint,
+                                         {{"route", route}, {"key", key}}));
+        }
+        json body = IdempotencyRecordJson(route, key, scoped, *record);
+        SendFromStore(std::move(self), MakeJson(http::status::ok, body));
+      });
 }
 
 void AdminSession::HandleReady() {

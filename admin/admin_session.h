@@ -8,9 +8,15 @@
 //   GET  /v1/keys/{key}           {"key","token"} or 404
 //   POST /v1/keys/{key}/fence     {"token": N}, bearer token: raise to >= N;
 //                                 a barrier for writes already queued
+//   GET  /v1/idempotency          the idempotency gates' counters
+//   GET  /v1/idempotency/{route}/{key}[?scope=S]
+//                                 bearer token: what the store keeps for an
+//                                 idempotency key (never a stored body or
+//                                 header value)
 //   PUT  /v1/test/store-faults    only with --enable-test-faults (bearer)
 //
-// {key} is the key percent-encoded as one path segment.
+// {key}, {route} and S are percent-encoded, {key} and {route} as one path
+// segment each.
 
 #include <boost/asio/ip/tcp.hpp>
 #include <functional>
@@ -23,9 +29,11 @@
 
 #include "admin/admin_request.h"
 #include "config/config.h"
+#include "fence/idempotency_key.h"
 #include "fence/key_queue.h"
 #include "net/replies.h"
 #include "storage/fault_injecting_store.h"
+#include "storage/idempotency_store.h"
 #include "storage/token_store.h"
 
 namespace fencegate::proxy {
@@ -38,6 +46,11 @@ struct AdminContext {
   // The proxy's per-key queue: the admin fence goes through it (a barrier
   // for writes already queued, KeyQueue::Fence). Null: straight to the store.
   KeyQueue* queue = nullptr;
+  // The store's idempotency records (TokenStore::Idempotency()); set when a
+  // route has `idempotency:`.
+  storage::IdempotencyStore* idempotency = nullptr;
+  // What the proxy's idempotency gates counted; nullptr: nothing (zeros).
+  const IdempotencyCounters* idempotency_counters = nullptr;
   // Set only with --enable-test-faults: installs injected store faults.
   std::function<void(const storage::FaultSpec&)> set_faults;
   std::unordered_set<AdminSession*> sessions;      // live sessions (admin thread only)
@@ -57,6 +70,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   void Handle();
   void HandleKey(const std::string& key, bool fence);
   void HandleFaults();
+  void HandleIdempotencyCounters();
+  void HandleIdempotencyRecord();
   void HandleReady();
   bool Authorized();  // sends 401/403 itself when not
   void Send(Reply reply);  // on the session's executor

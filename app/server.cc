@@ -57,6 +57,7 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
   admin_ctx_.config = config_;
   admin_ctx_.store = &store_;
   admin_ctx_.queue = &queue_;
+  admin_ctx_.idempotency_counters = &ctx_.idempotency_counters;
   admin_ctx_.set_faults = std::move(set_faults);
   for (auto& ioc : iocs_) {
     workers_.push_back(std::make_unique<Worker>(*ioc, *config_, tls_.upstream.get()));
@@ -77,6 +78,7 @@ bool Server::Start(std::string* error) {
       *error = "a route has idempotency: on, and the storage engine keeps no idempotency records";
       return false;
     }
+    admin_ctx_.idempotency = ctx_.idempotency;
   }
 
   std::vector<asio::io_context*> worker_iocs;

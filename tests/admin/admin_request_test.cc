@@ -43,6 +43,53 @@ TEST(AdminTargets, AKeyOverTheLimitAfterDecodingIsRefused) {
   EXPECT_EQ(CheckAdminKey(key), "the key is 1025 bytes; a key is at most 1024 bytes");
 }
 
+TEST(AdminTargets, IdempotencyRecordIsRouteAndKeyEachOneSegment) {
+  IdempotencyTarget t;
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/pay/k1", &t));
+  EXPECT_EQ(t.route, "pay");
+  EXPECT_EQ(t.key, "k1");
+  EXPECT_EQ(t.scope, "");
+  // Decoded, each part: a key may hold '/' and '?', a route name spaces;
+  // what does not decode to a visible key is still parsed (the session
+  // answers bad_idempotency_key).
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/my%20route/a%2Fb%3Fc", &t));
+  EXPECT_EQ(t.route, "my route");
+  EXPECT_EQ(t.key, "a/b?c");
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/pay/k%201", &t));
+  EXPECT_EQ(t.key, "k 1");
+
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency//k1", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/k1/more", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/%zz", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/%zz/k1", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/keys/pay/k1", &t));
+}
+
+TEST(AdminTargets, IdempotencyScopeIsTheOnlyQueryParameter) {
+  IdempotencyTarget t;
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?scope=tenant%2Fa", &t));
+  EXPECT_EQ(t.key, "k1");
+  EXPECT_EQ(t.scope, "tenant/a");
+  // '+' is a plus sign: a scope may be a base64 credential.
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?scope=Bearer%20ab+c=", &t));
+  EXPECT_EQ(t.scope, "Bearer ab+c=");
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?scope=", &t));
+  EXPECT_EQ(t.scope, "");
+  // A scope from an earlier call does not linger.
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?scope=x", &t));
+  ASSERT_TRUE(ParseIdempotencyTarget("/v1/idempotency/pay/k1", &t));
+  EXPECT_EQ(t.scope, "");
+
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?tenant=a", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?scope=a&scope=b", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?scope=a&x=1", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay/k1?scope=%zz", &t));
+  EXPECT_FALSE(ParseIdempotencyTarget("/v1/idempotency/pay?scope=a", &t));
+}
+
 TEST(AdminAuth, ConstantTimeEquals) {
   EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
   EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
