@@ -345,3 +345,13 @@ def test_a_repeat_that_expects_100_continue_gets_it_then_the_replay(make_gate, b
     assert again.header("Idempotent-Replayed") == "true", again
     assert again.header("X-Backend-Seq") == first.header("X-Backend-Seq")
     assert len(runs(backend)) == 1
+
+
+def test_the_admin_record_read_fails_closed_with_the_store(make_gate, backend):
+    gate = make_gate(routes=[pay_route()], extra_args=["--enable-test-faults"])
+    assert post(gate, "/pay/18", "k18").status == 200
+    bearer = [("Authorization", f"Bearer {ADMIN_TOKEN}")]
+    assert request(gate.admin, "GET", "/v1/idempotency/pay/k18", bearer).status == 200
+    set_faults(gate, fail_reads=True)
+    assert_json_error(request(gate.admin, "GET", "/v1/idempotency/pay/k18", bearer), 503,
+                      "store_unavailable")
