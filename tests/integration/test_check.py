@@ -27,11 +27,11 @@ BAD = [
     ("unknown-key", GOOD.replace("storage:\n", "storage:\n  pathh: \"x\"\n"), 8, "pathh"),
     ("duration-without-unit", GOOD.replace('  url: "http://127.0.0.1:9"\n',
                                            '  url: "http://127.0.0.1:9"\n  timeout: 30\n'), 4, "timeout"),
-    # A valid idempotency mapping is refused until the feature is built, at
-    # its line; a mistake inside it is reported first, at the mistake's.
-    ("idempotency-not-built", GOOD.replace('path_prefix: "/objects/"\n',
-                                           'path_prefix: "/objects/"\n    idempotency:\n'
-                                           '      window: 24h\n'), 7, "idempotency"),
+    # A mistake inside an idempotency mapping is reported at its line.
+    ("idempotency-window-too-long", GOOD.replace('path_prefix: "/objects/"\n',
+                                                 'path_prefix: "/objects/"\n    idempotency:\n'
+                                                 '      window: 9000h\n'), 8,
+     "idempotency.window"),
     ("idempotency-hop-by-hop-header", GOOD.replace('path_prefix: "/objects/"\n',
                                                    'path_prefix: "/objects/"\n    idempotency:\n'
                                                    '      window: 24h\n      header: Connection\n'),
