@@ -22,6 +22,22 @@ The nemesis makes the backend slow or stalled through its control endpoint:
 delays every write applied in the next `for_ms` by `ms` (after its ticket is
 taken, so the order of one key's writes never changes). GET /objects/<key>
 returns the last applied value. The first stdout line is the port.
+
+The idempotent workload (chaos/idempotent_client.py) POSTs payments:
+
+    POST /pay/<account>  {"op": "c2-17", "key": "<Idempotency-Key>", ...}
+
+Each one is a run: applied in ticket order per account, delayed as a write
+is, logged as
+
+    {"key": ..., "op": "c2-17", "client": "c2", "attempt": "c2-17.3",
+     "account": "a1", "t_arrive": <monotonic>, "t": <monotonic>,
+     "response": "<the body answered>"}
+
+(`attempt` from the X-Chaos-Attempt header, `t_arrive` when the request was
+read whole, `t` when it was applied, just before the answer) and answered
+200 with {"op": ..., "run": <n>, "attempt": ...}, a body no other run has,
+so that a replay names the run whose answer it repeats.
 """
 
 import argparse
@@ -34,6 +50,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PREFIX = "/objects/"
+PAY_PREFIX = "/pay/"
 
 
 class State:
@@ -46,6 +63,7 @@ class State:
         self.values = {}
         self.delay_ms = 0
         self.delay_until = 0.0
+        self.runs = 0  # payments run, for their answers
 
     def ticket(self, key):
         with self.cond:
@@ -135,6 +153,8 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply(404, b'{"error":"not_found"}')
 
     def do_POST(self):
+        if self.path.startswith(PAY_PREFIX):
+            return self.pay()
         body = self.read_body() or b"{}"
         if self.path == "/__chaos/delay":
             spec = json.loads(body)
@@ -143,6 +163,39 @@ class Handler(BaseHTTPRequestHandler):
                 self.state.delay_until = time.monotonic() + int(spec["for_ms"]) / 1000.0
             return self.reply(200, b"{}")
         return self.reply(404, b'{"error":"not_found"}')
+
+
+    def pay(self):
+        account = self.path[len(PAY_PREFIX):]
+        body = self.read_body()
+        if body is None:
+            self.close_connection = True
+            return
+        t_arrive = time.monotonic()
+        try:
+            req = json.loads(body)
+            op, key = str(req["op"]), str(req["key"])
+        except (ValueError, KeyError, TypeError):
+            return self.reply(400, b'{"error":"bad_payment"}')
+        st = self.state
+        ticket = st.ticket(PAY_PREFIX + account)
+        try:
+            st.wait_turn(PAY_PREFIX + account, ticket)
+            delay = st.current_delay()
+            if delay:
+                time.sleep(delay)
+            with st.cond:
+                st.runs += 1
+                run = st.runs
+            attempt = self.headers.get("X-Chaos-Attempt")
+            response = json.dumps({"op": op, "run": run, "attempt": attempt}).encode()
+            record = {"key": key, "op": op, "client": self.headers.get("X-Chaos-Client"),
+                      "attempt": attempt, "account": account, "t_arrive": t_arrive,
+                      "t": time.monotonic(), "response": response.decode()}
+            st.apply(PAY_PREFIX + account, record, body)
+        finally:
+            st.done(PAY_PREFIX + account)
+        self.reply(200, response)
 
 
 class Server(ThreadingHTTPServer):

@@ -19,6 +19,9 @@ restart. Per key it checks:
 
 Every violation comes with its minimal witness: the two writes (or the write
 and the fence), their tokens and CLOCK_MONOTONIC times.
+
+A run of the idempotent workload (meta.json's "workload") is checked by
+chaos/idempotent_checker.py instead, for its own properties.
 """
 
 import bisect
@@ -27,6 +30,8 @@ import json
 import os
 import sys
 from collections import defaultdict
+
+import idempotent_checker
 
 PROPERTIES = ("token-order", "after-ack", "exactly-once", "fence-restart")
 # Witnesses kept per property; a control run at volume has hundreds of
@@ -203,12 +208,19 @@ def load_run(run_dir):
 
 def check_run(run_dir):
     applied, history, restarts, meta = load_run(run_dir)
+    if meta.get("workload") == "idempotent":
+        limits = idempotent_checker.Limits(meta["in_flight_timeout_ms"] / 1000.0,
+                                           meta["upstream_timeout_ms"] / 1000.0)
+        faults = read_jsonl(os.path.join(run_dir, "faults.jsonl"))
+        return idempotent_checker.check(applied, history, [r["t_kill"] for r in restarts],
+                                        faults, limits)
     return check(applied, history, restarts, check_fence=meta.get("through_fencegate", True))
 
 
 def report(result, out=sys.stdout, max_witnesses=5):
+    """Prints each property's violations and witnesses; returns how many."""
     total = 0
-    for p in PROPERTIES:
+    for p in result["counts"]:
         ws = result["violations"][p]
         n = result["counts"][p]
         total += n

@@ -1,12 +1,15 @@
-"""The checker must catch each kind of stale or lost write: synthetic
+"""The checker must catch each kind of stale or lost write, and each
+payment run twice where the contract does not allow it: synthetic
 histories, one per property, next to the clean history they break."""
 
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import checker  # noqa: E402
+import idempotent_checker  # noqa: E402
 
 
 def inv(client, write, key, token, t):
@@ -196,3 +199,196 @@ def test_a_client_history_cut_short_shows_as_writes_nobody_sent():
     result = checker.check(log, [e for e in history if e["client"] != "c2"], restarts)
     assert any("c2-1" in w and "never sent" in w for w in result["violations"]["exactly-once"])
 
+
+
+# --- the idempotent workload (idempotent_client.py) --------------------------
+# Payments with idempotency keys; the backend logs each run with the attempt
+# that caused it. in_flight_timeout 2 s, upstream.timeout 1 s.
+
+LIMITS = idempotent_checker.Limits(in_flight_timeout_s=2.0, upstream_timeout_s=1.0)
+
+
+def pay_events(op, key, attempts, outcome="ok"):
+    """The history of one operation: attempts are (id, sent, ended, status,
+    replayed, body)."""
+    events = [{"t": attempts[0][1] - 0.001, "client": "c1", "type": "invoke", "op": op,
+               "key": key, "account": "a0"}]
+    for aid, sent, ended, status, replayed, body in attempts:
+        events.append({"t": sent, "client": "c1", "type": "attempt", "op": op, "attempt": aid})
+        answer = {"t": ended, "client": "c1", "type": "answer", "op": op, "attempt": aid,
+                  "status": status, "replayed": replayed,
+                  "error": "" if status is None or status < 300 else "some_error"}
+        if status is None:
+            answer["error"] = "timed out"
+        if body is not None:
+            answer["body"] = body
+        events.append(answer)
+    events.append({"t": attempts[-1][2], "client": "c1", "type": outcome, "op": op, "key": key})
+    return events
+
+
+def pay_run(op, key, attempt, arrived, answered, run):
+    return {"key": key, "op": op, "client": "c1", "attempt": attempt, "account": "a0",
+            "t_arrive": arrived, "t": answered,
+            "response": f'{{"op": "{op}", "run": {run}, "attempt": "{attempt}"}}'}
+
+
+def check_pay(runs, history, kills=(), faults=()):
+    return idempotent_checker.check(runs, history, list(kills), list(faults), LIMITS)
+
+
+def rerun_after_504():
+    """c1-1's first attempt runs at the backend but fencegate gives up
+    (504); the retries conflict (409) until in_flight_timeout, then one
+    runs again and is answered; a last retry is a replay of that answer."""
+    second = pay_run("c1-1", "K1", "c1-1.4", 12.3, 12.31, 2)
+    history = pay_events("c1-1", "K1", [
+        ("c1-1.1", 10.0, 11.02, 504, False, None),
+        ("c1-1.2", 11.1, 11.11, 409, False, None),
+        ("c1-1.3", 11.4, 11.41, 409, False, None),
+        ("c1-1.4", 12.2, 15.2, None, False, None),  # its answer was lost
+        ("c1-1.5", 15.4, 15.41, 200, True, second["response"]),
+    ])
+    runs = [pay_run("c1-1", "K1", "c1-1.1", 10.01, 11.5, 1), second]
+    return runs, history
+
+
+def test_a_clean_idempotent_history_has_no_violation():
+    history = pay_events("c1-2", "K2", [("c1-2.1", 1.0, 1.05, 200, False, None)])
+    runs = [pay_run("c1-2", "K2", "c1-2.1", 1.01, 1.02, 1)]
+    history[-2]["body"] = runs[0]["response"]
+    result = check_pay(runs, history)
+    assert result["counts"] == {p: 0 for p in idempotent_checker.PROPERTIES}, result
+    assert result["stats"]["ok"] == 1 and result["stats"]["applied"] == 1
+
+
+def test_a_rerun_explained_by_an_upstream_failure_is_accepted():
+    result = check_pay(*rerun_after_504())
+    assert result["counts"] == {p: 0 for p in idempotent_checker.PROPERTIES}, result
+    assert result["stats"]["explained_reruns"] == {"upstream": 1}
+    assert result["stats"]["replays"] == 1 and result["stats"]["refused_409"] == 2
+
+
+def test_a_rerun_explained_by_a_kill_is_accepted():
+    """The first attempt got no answer: fencegate was killed while the
+    backend ran it; after the restart a retry runs it again."""
+    history = pay_events("c1-3", "K3", [
+        ("c1-3.1", 20.0, 20.3, None, False, None),
+        ("c1-3.2", 22.1, 22.15, 200, False, None),
+    ])
+    runs = [pay_run("c1-3", "K3", "c1-3.1", 20.01, 20.2, 1),
+            pay_run("c1-3", "K3", "c1-3.2", 22.11, 22.12, 2)]
+    history[-2]["body"] = runs[1]["response"]
+    result = check_pay(runs, history, kills=[20.25])
+    assert result["counts"] == {p: 0 for p in idempotent_checker.PROPERTIES}, result
+    assert result["stats"]["explained_reruns"] == {"kill": 1}
+    # The same rerun without the kill, or with the kill long after the
+    # backend answered, is not explained.
+    for kills in ([], [21.5]):
+        result = check_pay(runs, history, kills=kills)
+        assert result["counts"]["at-most-once"] == 1, kills
+        assert "nothing explains" in result["violations"]["at-most-once"][0]
+
+
+def test_a_rerun_explained_by_a_backend_fault_the_client_did_not_see_is_accepted():
+    """The attempt's 504 was lost on the client's side; the backend was
+    stalled while the run waited."""
+    history = pay_events("c1-4", "K4", [
+        ("c1-4.1", 30.0, 33.0, None, False, None),
+        ("c1-4.2", 33.1, 33.15, 200, False, None),
+    ])
+    runs = [pay_run("c1-4", "K4", "c1-4.1", 30.01, 30.5, 1),
+            pay_run("c1-4", "K4", "c1-4.2", 33.11, 33.12, 2)]
+    history[-2]["body"] = runs[1]["response"]
+    stall = {"t": 29.0, "fault": "stall-backend", "ms": 1500, "seconds": 2.0}
+    assert check_pay(runs, history, faults=[stall])["counts"]["at-most-once"] == 0
+    assert check_pay(runs, history)["counts"]["at-most-once"] == 1
+    # A fault on the clients' side explains nothing.
+    net_client = dict(stall, fault="net-client")
+    assert check_pay(runs, history, faults=[net_client])["counts"]["at-most-once"] == 1
+
+
+def test_a_planted_duplicate_is_caught():
+    """The backend ran the key again although the first run was answered
+    (200) and stored: a replay was due."""
+    history = pay_events("c1-5", "K5", [
+        ("c1-5.1", 40.0, 40.05, 200, False, None),
+    ])
+    runs = [pay_run("c1-5", "K5", "c1-5.1", 40.01, 40.02, 1),
+            pay_run("c1-5", "K5", "c1-5.1", 45.0, 45.01, 2)]
+    history[-2]["body"] = runs[0]["response"]
+    result = check_pay(runs, history)
+    assert result["counts"]["at-most-once"] == 1
+    assert "K5" in result["violations"]["at-most-once"][0]
+    # A hedged copy that ran beside an answered attempt is caught too.
+    history = pay_events("c1-6", "K6", [
+        ("c1-6.1", 50.0, 50.05, 200, False, None),
+        ("c1-6.2", 50.01, 50.06, 200, False, None),
+    ])
+    runs = [pay_run("c1-6", "K6", "c1-6.1", 50.02, 50.03, 1),
+            pay_run("c1-6", "K6", "c1-6.2", 50.03, 50.04, 2)]
+    history[2]["body"], history[4]["body"] = runs[0]["response"], runs[1]["response"]
+    result = check_pay(runs, history)
+    assert result["counts"]["at-most-once"] == 1
+    assert "c1-6.2" in result["violations"]["at-most-once"][0]
+
+
+def test_a_rerun_before_in_flight_timeout_is_caught():
+    """A 504 explains a rerun only once the reservation has run out: a
+    retry that ran 1.2 s after the first attempt was sent (a reservation
+    lost, or not kept) is a violation."""
+    runs, history = rerun_after_504()
+    runs[1] = dict(runs[1], t_arrive=11.2, t=11.21)
+    result = check_pay(runs, history)
+    assert result["counts"]["at-most-once"] == 1
+    assert "before in_flight_timeout" in result["violations"]["at-most-once"][0]
+
+
+def test_a_replay_body_mismatch_is_caught():
+    runs, history = rerun_after_504()
+    history[-2]["body"] = '{"op": "c1-1", "run": 7, "attempt": "c1-1.9"}'
+    result = check_pay(runs, history)
+    assert result["counts"]["replay-body"] == 1
+    assert "which no run of the key answered" in result["violations"]["replay-body"][0]
+    # Nor may a replay repeat the answer fencegate never read whole (the
+    # first run's, whose attempt got 504).
+    history[-2]["body"] = runs[0]["response"]
+    result = check_pay(runs, history)
+    assert result["counts"]["replay-body"] == 1
+    assert "502 or 504" in result["violations"]["replay-body"][0]
+
+
+def test_an_acknowledged_payment_that_never_ran_is_caught():
+    runs, history = rerun_after_504()
+    result = check_pay([], history)
+    assert result["counts"]["acked-ran"] == 1
+    assert "never ran" in result["violations"]["acked-ran"][0]
+
+
+def test_a_run_nobody_sent_is_caught():
+    runs, history = rerun_after_504()
+    runs.append(pay_run("c9-1", "K9", "c9-1.1", 60.0, 60.01, 9))
+    result = check_pay(runs, history)
+    assert result["counts"]["at-most-once"] == 1
+    assert "no client sent" in result["violations"]["at-most-once"][0]
+
+
+def test_a_retry_refused_for_good_is_caught():
+    history = pay_events("c1-7", "K7", [
+        ("c1-7.1", 70.0, 73.0, None, False, None),
+        ("c1-7.2", 73.1, 73.11, 422, False, None),
+    ], outcome="fail")
+    result = check_pay([pay_run("c1-7", "K7", "c1-7.1", 70.01, 70.02, 1)], history)
+    assert result["counts"]["refused"] == 1
+
+
+def test_an_idempotent_run_directory_is_checked_by_its_own_checker(tmp_path):
+    runs, history = rerun_after_504()
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "c1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in history))
+    (tmp_path / "applied.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    (tmp_path / "meta.json").write_text(json.dumps(
+        {"workload": "idempotent", "in_flight_timeout_ms": 2000, "upstream_timeout_ms": 1000}))
+    result = checker.check_run(str(tmp_path))
+    assert set(result["counts"]) == set(idempotent_checker.PROPERTIES)
+    assert sum(result["counts"].values()) == 0 and result["stats"]["applied"] == 2
