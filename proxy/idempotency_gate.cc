@@ -42,6 +42,23 @@ constexpr std::chrono::milliseconds kMaxWaitStep{100};
 
 }  // namespace
 
+// The store answers on its own thread. Its handler holds no reference to
+// the session: the one reference (pending_self_) is moved into the
+// dispatch to the session's thread, so that the session's last reference
+// is always dropped there (it leaves its worker's list in its destructor),
+// whatever copies of the handler the store keeps.
+template <class Fn>
+auto IdempotencyGate::Answered(Fn fn) {
+  pending_self_ = session_.shared_from_this();
+  asio::any_io_executor ex = session_.stream_.get_executor();
+  return [gate = this, ex, fn = std::move(fn)](const Status& s, auto value) {
+    std::shared_ptr<HttpSession> self = std::move(gate->pending_self_);
+    asio::dispatch(ex, [self = std::move(self), fn, s, value = std::move(value)]() mutable {
+      fn(self->idem_, s, std::move(value));
+    });
+  };
+}
+
 storage::IdempotencyStore& IdempotencyGate::store() const { return *session_.ctx_.idempotency; }
 
 const config::IdempotencyConfig& IdempotencyGate::config() const {
@@ -89,14 +106,10 @@ void IdempotencyGate::Reserve() {
   reservation.created_ms = created_ms_;
   reservation.expires_ms = created_ms_ + config().in_flight_timeout.count();
   reservation.head_digest = head_digest_;
-  asio::any_io_executor ex = session_.stream_.get_executor();
   store().ReserveKey(session_.intent_.idempotency.record_key, std::move(reservation),
-                     [self = session_.shared_from_this(), ex](const Status& s,
-                                                              storage::Reservation r) {
-                       asio::dispatch(ex, [self, s, r = std::move(r)]() mutable {
-                         self->idem_.OnReserved(s, std::move(r));
-                       });
-                     });
+                     Answered([](IdempotencyGate& gate, const Status& s, storage::Reservation r) {
+                       gate.OnReserved(s, std::move(r));
+                     }));
 }
 
 void IdempotencyGate::StartBodyDigest() {
@@ -107,8 +120,12 @@ void IdempotencyGate::StartBodyDigest() {
   }
 }
 
-void IdempotencyGate::StoreError(const Status& status, const char* what) {
+void IdempotencyGate::CountStoreError() {
   session_.ctx_.idempotency_counters.store_errors.fetch_add(1, std::memory_order_relaxed);
+}
+
+void IdempotencyGate::StoreError(const Status& status, const char* what) {
+  CountStoreError();
   spdlog::error("idempotency key {} on route {}: {} failed: {}",
                 session_.intent_.idempotency.client_key, session_.intent_.idempotency.route, what,
                 status.ToString());
@@ -185,15 +202,11 @@ void IdempotencyGate::OnExisting(IdempotencyRecord record) {
 
 void IdempotencyGate::Poll() {
   state_ = State::kWaiting;
-  asio::any_io_executor ex = session_.stream_.get_executor();
-  store().LookupKey(
-      session_.intent_.idempotency.record_key, NowMs(),
-      [self = session_.shared_from_this(), ex](const Status& s,
-                                               std::optional<IdempotencyRecord> record) {
-        asio::dispatch(ex, [self, s, record = std::move(record)]() mutable {
-          self->idem_.OnPolled(s, std::move(record));
-        });
-      });
+  store().LookupKey(session_.intent_.idempotency.record_key, NowMs(),
+                    Answered([](IdempotencyGate& gate, const Status& s,
+                                std::optional<IdempotencyRecord> record) {
+                      gate.OnPolled(s, std::move(record));
+                    }));
 }
 
 void IdempotencyGate::OnPolled(const Status& status, std::optional<IdempotencyRecord> record) {
@@ -359,23 +372,21 @@ void IdempotencyGate::OnResponseComplete() {
   finished.response = std::move(captured_);
   if (!finished.response.body_kept) finished.response.headers.clear();
   store_pending_ = true;
-  asio::any_io_executor ex = session_.stream_.get_executor();
-  std::string client_key = idem.client_key;
-  store().FinishKey(
-      idem.record_key, std::move(finished), now,
-      [self = session_.shared_from_this(), ex, client_key](const Status& s, bool applied) {
-        if (!s.ok()) {
-          self->ctx_.idempotency_counters.store_errors.fetch_add(1, std::memory_order_relaxed);
-          spdlog::error("idempotency key {}: storing the response failed ({}); the key stays "
-                        "reserved until its in_flight_timeout",
-                        client_key, s.ToString());
-        } else if (!applied) {
-          spdlog::warn("idempotency key {}: the reservation ran out and was taken before the "
-                       "response was stored",
-                       client_key);
-        }
-        asio::dispatch(ex, [self] { self->idem_.AfterStore(); });
-      });
+  store().FinishKey(idem.record_key, std::move(finished), now,
+                    Answered([](IdempotencyGate& gate, const Status& s, bool applied) {
+                      const std::string& key = gate.session_.intent_.idempotency.client_key;
+                      if (!s.ok()) {
+                        gate.CountStoreError();
+                        spdlog::error("idempotency key {}: storing the response failed ({}); the "
+                                      "key stays reserved until its in_flight_timeout",
+                                      key, s.ToString());
+                      } else if (!applied) {
+                        spdlog::warn("idempotency key {}: the reservation ran out and was taken "
+                                     "before the response was stored",
+                                     key);
+                      }
+                      gate.AfterStore();
+                    }));
 }
 
 void IdempotencyGate::Release() {
@@ -383,19 +394,17 @@ void IdempotencyGate::Release() {
   state_ = State::kSettled;
   session_.ctx_.idempotency_counters.releases.fetch_add(1, std::memory_order_relaxed);
   store_pending_ = true;
-  asio::any_io_executor ex = session_.stream_.get_executor();
-  std::string client_key = session_.intent_.idempotency.client_key;
   store().ReleaseKey(session_.intent_.idempotency.record_key, owner_,
-                     [self = session_.shared_from_this(), ex, client_key](const Status& s, bool) {
+                     Answered([](IdempotencyGate& gate, const Status& s, bool) {
                        if (!s.ok()) {
-                         self->ctx_.idempotency_counters.store_errors.fetch_add(
-                             1, std::memory_order_relaxed);
+                         gate.CountStoreError();
                          spdlog::error("idempotency key {}: releasing it failed ({}); it stays "
                                        "reserved until its in_flight_timeout",
-                                       client_key, s.ToString());
+                                       gate.session_.intent_.idempotency.client_key,
+                                       s.ToString());
                        }
-                       asio::dispatch(ex, [self] { self->idem_.AfterStore(); });
-                     });
+                       gate.AfterStore();
+                     }));
 }
 
 bool IdempotencyGate::Hold(std::function<void()> resume) {

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -91,6 +92,11 @@ class IdempotencyGate {
   void Replay();
   void StartBodyDigest();
   void StoreError(const storage::Status& status, const char* what);
+  void CountStoreError();
+  // The handler of a store call: fn(gate, status, value) on the session's
+  // thread (idempotency_gate.cc).
+  template <class Fn>
+  auto Answered(Fn fn);
   void AfterStore();
   storage::IdempotencyStore& store() const;
   const config::IdempotencyConfig& config() const;
@@ -113,6 +119,8 @@ class IdempotencyGate {
   bool store_pending_ = false;
   std::optional<bool> finish_after_store_;
   std::function<void()> resume_;  // Hold's
+  // The session, kept alive while a store call is pending (Answered).
+  std::shared_ptr<HttpSession> pending_self_;
   // concurrent: wait.
   std::optional<boost::asio::steady_timer> timer_;
   Clock::time_point wait_until_;
