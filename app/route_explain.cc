@@ -83,6 +83,12 @@ nlohmann::json ExplainRoute(const config::Config& config, const Router& router,
     out["destination"] =
         intent.destination->origin + config.upstream.base_path + intent.destination->target.forward;
   }
+  if (intent.idempotency.on() && intent.kind != WriteIntent::Kind::kReject) {
+    out["idempotency"] = {
+        {"key", intent.idempotency.client_key},
+        {"window_ms", intent.idempotency.config->window.count()},
+        {"scoped", !intent.idempotency.scope.empty()}};
+  }
   nlohmann::json keys = nlohmann::json::array();
   if (!intent.key.empty()) keys.push_back(intent.key);
   for (const std::string& k : intent.extra_keys) keys.push_back(k);
@@ -115,6 +121,18 @@ nlohmann::json ExplainRoute(const config::Config& config, const Router& router,
   return out;
 }
 
+namespace {
+
+// A window as a configuration writes it: 24h, 90m, 30s, 250ms.
+std::string WindowText(int64_t ms) {
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+}  // namespace
+
 std::string FormatExplanation(const nlohmann::json& e) {
   std::string s;
   auto line = [&s](std::string_view label, const std::string& value) {
@@ -141,6 +159,13 @@ std::string FormatExplanation(const nlohmann::json& e) {
       line(first ? "keys:           " : "                ", k.get<std::string>());
       first = false;
     }
+  }
+  if (e.contains("idempotency")) {
+    const auto& idem = e["idempotency"];
+    line("idempotency:    ",
+         "key " + idem["key"].get<std::string>() + (idem["scoped"].get<bool>() ? ", scoped" : "") +
+             ": runs once; a repeat within " + WindowText(idem["window_ms"].get<int64_t>()) +
+             " gets the first response");
   }
   if (verdict == "fenced") {
     line("verdict:        ", e["token"].is_null()
