@@ -147,6 +147,13 @@ struct EtcdConfig {
   std::string prefix = "fencegate/";
   bool https = false;   // derived: the endpoints are https
   ClientTlsConfig tls;  // storage.etcd.tls; an error unless the endpoints are https
+  // Each request to a member, connect included; then the next endpoint.
+  Duration timeout{2000};
+  // etcd's own authentication: a user, and the file holding its password
+  // (never inline: the configuration file is often readable by more
+  // people than the secret should be). Both or neither.
+  std::string username;
+  FileRef password_file;
 
   bool operator==(const EtcdConfig&) const = default;
 };

@@ -18,6 +18,9 @@ namespace fencegate::config::internal {
 
 using Keys = std::vector<YamlReader::Key>;
 
+// A handler that reads a file path (no NUL byte) into *out, with its line.
+std::function<bool(const Field&)> FileInto(YamlReader& r, FileRef* out);
+
 // A handler that reads a positive duration into *out.
 std::function<bool(const Field&)> DurationInto(YamlReader& r, Duration* out);
 

@@ -17,6 +17,18 @@ constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
 
 }  // namespace
 
+std::function<bool(const Field&)> FileInto(YamlReader& r, FileRef* out) {
+  return [&r, out](const Field& v) {
+    std::string path;
+    if (!r.String(v, &path)) return false;
+    if (path.find('\0') != std::string::npos) {
+      return r.Fail(v, "contains a NUL byte", "a file path");
+    }
+    *out = FileRef{std::move(path), v.line};
+    return true;
+  };
+}
+
 std::function<bool(const Field&)> DurationInto(YamlReader& r, Duration* out) {
   return [&r, out](const Field& v) { return r.PositiveDuration(v, out); };
 }
@@ -66,11 +78,25 @@ bool ReadFencing(YamlReader& r, const Field& f, FencingConfig* fencing) {
 bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
   auto read_etcd = [&](const Field& v) {
     EtcdConfig& etcd = storage->etcd;
+    int username_line = 0;
     bool ok = r.Map(v, Keys{
         {"endpoints", [&](const Field& list) { return ReadEtcdEndpoints(r, list, &etcd); }},
         {"prefix", [&](const Field& p) { return r.String(p, &etcd.prefix); }},
         {"tls", [&](const Field& t) { return ReadClientTls(r, t, &etcd.tls); }},
+        {"timeout", DurationInto(r, &etcd.timeout)},
+        {"username", [&](const Field& u) {
+           username_line = u.line;
+           return r.NonEmptyString(u, "an etcd user name", &etcd.username);
+         }},
+        {"password_file", FileInto(r, &etcd.password_file)},
     });
+    if (ok && etcd.username.empty() != etcd.password_file.empty()) {
+      const bool user = !etcd.username.empty();
+      return r.Fail(v.Child(v.node, user ? "username" : "password_file",
+                            user ? username_line : etcd.password_file.line),
+                    user ? "is set without password_file" : "is set without username",
+                    "both username and password_file, or neither");
+    }
     if (ok && etcd.tls.present && !etcd.https) {
       return r.Fail(v.Child(v.node, "tls", etcd.tls.line),
                     "is set, but storage.etcd.endpoints are not https, so it would not be used",

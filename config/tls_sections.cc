@@ -19,17 +19,6 @@ bool ReadTlsVersion(YamlReader& r, const Field& f, TlsVersion* out) {
   return true;
 }
 
-std::function<bool(const Field&)> FileInto(YamlReader& r, FileRef* out) {
-  return [&r, out](const Field& v) {
-    std::string path;
-    if (!r.String(v, &path)) return false;
-    if (path.find('\0') != std::string::npos) {
-      return r.Fail(v, "contains a NUL byte", "a file path");
-    }
-    *out = FileRef{std::move(path), v.line};
-    return true;
-  };
-}
 
 // A DNS name or an IP address: what SNI and the certificate check use.
 bool IsServerName(std::string_view name) {

@@ -192,6 +192,25 @@ TEST(LoadErrorsTest, StorageChoices) {
                       "storage.etcd.endpoints", "empty list"));
 }
 
+TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    username: fg\n"), 4,
+                      "storage.etcd.username",
+                      "is set without password_file (expected both username and password_file, "
+                      "or neither)"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    password_file: /run/secret\n"), 4,
+                      "storage.etcd.password_file", "is set without username"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    timeout: 2\n"), 4,
+                      "storage.etcd.timeout", "is not a duration"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    username: \"\"\n"), 4,
+                      "storage.etcd.username", "is empty"));
+  Config c = testing::MustLoad(WithUpstream("storage:\n  etcd:\n    timeout: 500ms\n    username: fg\n"
+                                   "    password_file: /run/secret\n"));
+  EXPECT_EQ(c.storage.etcd.timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(c.storage.etcd.username, "fg");
+  EXPECT_EQ(c.storage.etcd.password_file.path, "/run/secret");
+  EXPECT_EQ(c.storage.etcd.password_file.line, 6);
+}
+
 TEST(LoadErrorsTest, LogLevel) {
   EXPECT_TRUE(FailsAt(WithUpstream("log:\n  level: verbose\n"), 3, "log.level",
                       "trace, debug, info, warn, error, critical or off"));
