@@ -1,0 +1,120 @@
+#pragma once
+// EtcdStore: the token store kept in etcd (storage.engine: etcd), so that
+// several fencegate replicas share one fence. Keys live under the
+// configured prefix as `<prefix>t/<key>`, each value the token as 20
+// decimal digits, so that etcd's byte-wise comparison of values orders
+// tokens as numbers.
+//
+// One check-and-advance is one nested transaction: if the key was never
+// created, put; else if its value is lower, put; else read it back (etcd's
+// comparison of a missing key's value is false, hence the first branch on
+// its create revision). Group commit: the calls queued while a
+// transaction is at etcd go together in the next one, one nested
+// transaction per key, so throughput is etcd's commit rate times the
+// batch, not one round trip per write. Reads are linearizable (etcd's
+// default range).
+//
+// Threads: one lane thread decides every call, in the order the calls were
+// made (token_store.h, "Order"), and runs the handlers. It is the only
+// user of the transport. A batch holds each key once: a key queued twice
+// ends the batch, so that the second call sees the first.
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "storage/token_store.h"
+
+namespace fencegate::storage {
+
+// How EtcdStore talks to etcd: a v3 JSON gateway call (`path` such as
+// "/v3/kv/txn"), blocking, from the lane thread only. `retry_if_unknown`:
+// the call may be sent again when its outcome is unknown (every call the
+// store makes is safe to repeat: an advance that already happened is
+// accepted again with the same token). Implemented by EtcdClient; tests may
+// wrap it.
+class EtcdTransport {
+ public:
+  virtual ~EtcdTransport() = default;
+  virtual Status Call(std::string_view path, const nlohmann::json& request,
+                      nlohmann::json* response, bool retry_if_unknown) = 0;
+};
+
+struct EtcdStoreOptions {
+  std::string prefix = "fencegate/";
+  // Keys per transaction: each key is a nested transaction of up to three
+  // operations, and etcd allows 128 operations in one (--max-txn-ops).
+  size_t max_batch = 40;
+};
+
+class EtcdStore : public TokenStore {
+ public:
+  static constexpr size_t kMaxKeyBytes = 1024;
+
+  EtcdStore(std::unique_ptr<EtcdTransport> transport, EtcdStoreOptions options);
+  ~EtcdStore() override;
+
+  void Advance(std::string key, uint64_t token, FenceHandler handler) override;
+  // All or nothing: the keys are read, then written in one transaction that
+  // compares each key's modification revision with what was read; when
+  // another replica changed one meanwhile, read again and decide again.
+  void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
+  void Raise(std::string key, uint64_t token, FenceHandler handler) override;
+  void Get(std::string key, GetHandler handler) override;
+  // The result of the last call to etcd (or of the lane's probe while
+  // idle, every probe_interval): Unavailable while etcd does not answer.
+  Status Health() const override;
+  // Decides what is queued, then stops the lane. Idempotent.
+  Status Close() override;
+
+  // The token as etcd stores it (20 digits), and back (false unless
+  // exactly 20 digits).
+  static std::string EncodeToken(uint64_t token);
+  static bool DecodeToken(std::string_view text, uint64_t* token);
+
+ private:
+  struct Single {  // Advance, Raise or Get
+    enum class Kind { kAdvance, kRaise, kGet } kind;
+    std::string key;
+    uint64_t token = 0;
+    FenceHandler fence;
+    GetHandler get;
+  };
+  struct Several {
+    std::vector<KeyToken> items;
+    BatchFenceHandler handler;
+  };
+  using Call = std::variant<Single, Several>;
+
+  void Enqueue(Call call);
+  void Lane();
+  void RunBatch(std::vector<Single>& batch);
+  void RunSeveral(Several& call);
+  void Probe();
+  void SetHealth(const Status& status);
+  std::string KeyOf(std::string_view key) const;
+
+  std::unique_ptr<EtcdTransport> transport_;
+  const EtcdStoreOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Call> queue_;   // guarded by mu_
+  bool stopping_ = false;    // guarded by mu_
+  Status health_;            // guarded by mu_
+  std::thread lane_;
+  std::mutex close_mu_;
+  bool closed_ = false;      // guarded by close_mu_
+};
+
+}  // namespace fencegate::storage

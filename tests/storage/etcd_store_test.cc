@@ -1,0 +1,291 @@
+// EtcdStore against a real etcd (tests/support/etcd_process.h): the token
+// store contract over etcd, two stores sharing one fence as two replicas
+// would, group commit, and failing closed while etcd is gone.
+
+#include "storage/etcd_store.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/etcd_client.h"
+#include "tests/support/etcd_process.h"
+
+namespace fencegate::storage {
+namespace {
+
+using fencegate::testing::EtcdCluster;
+
+struct Answer {
+  Status status;
+  Fence fence;
+};
+
+Answer AdvanceSync(TokenStore& store, const std::string& key, uint64_t token) {
+  std::promise<Answer> p;
+  store.Advance(key, token, [&](const Status& s, Fence f) { p.set_value({s, f}); });
+  return p.get_future().get();
+}
+
+Answer RaiseSync(TokenStore& store, const std::string& key, uint64_t token) {
+  std::promise<Answer> p;
+  store.Raise(key, token, [&](const Status& s, Fence f) { p.set_value({s, f}); });
+  return p.get_future().get();
+}
+
+std::pair<Status, std::optional<uint64_t>> GetSync(TokenStore& store, const std::string& key) {
+  std::promise<std::pair<Status, std::optional<uint64_t>>> p;
+  store.Get(key, [&](const Status& s, std::optional<uint64_t> v) { p.set_value({s, v}); });
+  return p.get_future().get();
+}
+
+std::pair<Status, BatchFence> AdvanceAllSync(TokenStore& store, std::vector<KeyToken> items) {
+  std::promise<std::pair<Status, BatchFence>> p;
+  store.AdvanceAll(std::move(items), [&](const Status& s, BatchFence f) {
+    p.set_value({s, std::move(f)});
+  });
+  return p.get_future().get();
+}
+
+// Counts the transactions the store sends, to see batching.
+class CountingTransport : public EtcdTransport {
+ public:
+  explicit CountingTransport(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
+  Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
+              bool retry_if_unknown) override {
+    calls.fetch_add(1);
+    return client_->Call(path, request, response, retry_if_unknown);
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  std::unique_ptr<EtcdClient> client_;
+};
+
+class EtcdStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string error;
+    cluster_ = EtcdCluster::Start({}, &error).release();
+    ASSERT_NE(cluster_, nullptr) << error;
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(cluster_, nullptr);
+    prefix_ = "test/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/";
+  }
+
+  std::unique_ptr<EtcdStore> Open(CountingTransport** counting = nullptr,
+                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) {
+    EtcdClientOptions options;
+    options.endpoints = cluster_->endpoints();
+    options.request_timeout = timeout;
+    std::unique_ptr<EtcdClient> client;
+    Status s = EtcdClient::Open(options, &client);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    auto transport = std::make_unique<CountingTransport>(std::move(client));
+    if (counting != nullptr) *counting = transport.get();
+    EtcdStoreOptions store_options;
+    store_options.prefix = prefix_;
+    return std::make_unique<EtcdStore>(std::move(transport), store_options);
+  }
+
+  static EtcdCluster* cluster_;
+  std::string prefix_;
+};
+
+EtcdCluster* EtcdStoreTest::cluster_ = nullptr;
+
+TEST(EtcdStoreTokens, TwentyDigitsKeepTheOrderOfNumbers) {
+  EXPECT_EQ(EtcdStore::EncodeToken(0), "00000000000000000000");
+  EXPECT_EQ(EtcdStore::EncodeToken(34), "00000000000000000034");
+  EXPECT_EQ(EtcdStore::EncodeToken(UINT64_MAX), "18446744073709551615");
+  EXPECT_LT(EtcdStore::EncodeToken(9), EtcdStore::EncodeToken(10));
+  uint64_t t = 0;
+  EXPECT_TRUE(EtcdStore::DecodeToken("18446744073709551615", &t));
+  EXPECT_EQ(t, UINT64_MAX);
+  EXPECT_FALSE(EtcdStore::DecodeToken("18446744073709551616", &t));  // past uint64
+  EXPECT_FALSE(EtcdStore::DecodeToken("34", &t));
+  EXPECT_FALSE(EtcdStore::DecodeToken("0000000000000000003x", &t));
+}
+
+TEST_F(EtcdStoreTest, AdvanceCreatesRaisesAndRefusesLower) {
+  auto store = Open();
+  Answer a = AdvanceSync(*store, "/objects/a", 33);
+  ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+  EXPECT_TRUE(a.fence.accepted);
+  EXPECT_EQ(a.fence.current, 33u);
+  EXPECT_TRUE(AdvanceSync(*store, "/objects/a", 33).fence.accepted) << "an equal token passes";
+  Answer higher = AdvanceSync(*store, "/objects/a", 34);
+  EXPECT_TRUE(higher.fence.accepted);
+  EXPECT_EQ(higher.fence.current, 34u);
+  Answer stale = AdvanceSync(*store, "/objects/a", 33);
+  ASSERT_TRUE(stale.status.ok());
+  EXPECT_FALSE(stale.fence.accepted);
+  EXPECT_EQ(stale.fence.current, 34u);
+  EXPECT_EQ(GetSync(*store, "/objects/a").second, 34u);
+  EXPECT_EQ(GetSync(*store, "/objects/never").second, std::nullopt);
+  // Raise never refuses and never lowers.
+  EXPECT_EQ(RaiseSync(*store, "/objects/a", 20).fence.current, 34u);
+  EXPECT_EQ(RaiseSync(*store, "/objects/a", 40).fence.current, 40u);
+  EXPECT_FALSE(AdvanceSync(*store, "/objects/a", 39).fence.accepted);
+}
+
+TEST_F(EtcdStoreTest, KeysWithAnyBytesAndTheRecordPrefixIsRefused) {
+  auto store = Open();
+  const std::string odd("k\0ey\xff", 5);
+  EXPECT_TRUE(AdvanceSync(*store, odd, 7).fence.accepted);
+  EXPECT_EQ(GetSync(*store, odd).second, 7u);
+  EXPECT_EQ(GetSync(*store, "k").second, std::nullopt);
+  Answer refused = AdvanceSync(*store, std::string(kRecordKeyPrefix) + "x", 1);
+  EXPECT_EQ(refused.status.code(), Status::Code::kInvalidArgument);
+}
+
+// Two replicas on one etcd: 34 through A, then 33 through B is refused, 35
+// through B is accepted and A sees it.
+TEST_F(EtcdStoreTest, TwoStoresShareOneFence) {
+  auto a = Open();
+  auto b = Open();
+  EXPECT_TRUE(AdvanceSync(*a, "/objects/x", 34).fence.accepted);
+  Answer late = AdvanceSync(*b, "/objects/x", 33);
+  ASSERT_TRUE(late.status.ok());
+  EXPECT_FALSE(late.fence.accepted);
+  EXPECT_EQ(late.fence.current, 34u);
+  EXPECT_TRUE(AdvanceSync(*b, "/objects/x", 35).fence.accepted);
+  EXPECT_FALSE(AdvanceSync(*a, "/objects/x", 34).fence.accepted);
+}
+
+// Concurrent advances from two stores never let a token below the stored
+// one through: every accepted token of a key is at least every token
+// accepted before it was decided, and the stored value is the maximum.
+TEST_F(EtcdStoreTest, ConcurrentReplicasNeverAcceptBelowTheStoredToken) {
+  auto a = Open();
+  auto b = Open();
+  constexpr int kPerStore = 200;
+  std::atomic<uint64_t> highest_accepted{0};
+  std::atomic<int> violations{0};
+  std::atomic<int> pending{2 * kPerStore};
+  std::promise<void> done;
+  auto issue = [&](EtcdStore& store, uint64_t offset) {
+    for (int i = 0; i < kPerStore; ++i) {
+      const uint64_t token = offset + 2 * static_cast<uint64_t>(i);
+      // Reading the highest accepted before the call: a token accepted
+      // after that must not be lower than it.
+      const uint64_t floor = highest_accepted.load();
+      store.Advance("/objects/hot", token, [&, token, floor](const Status& s, Fence f) {
+        if (s.ok() && f.accepted) {
+          if (token < floor) violations.fetch_add(1);
+          uint64_t seen = highest_accepted.load();
+          while (seen < token && !highest_accepted.compare_exchange_weak(seen, token)) {
+          }
+        }
+        if (!s.ok()) violations.fetch_add(1);
+        if (pending.fetch_sub(1) == 1) done.set_value();
+      });
+    }
+  };
+  std::thread ta([&] { issue(*a, 1); });
+  std::thread tb([&] { issue(*b, 2); });
+  ta.join();
+  tb.join();
+  done.get_future().wait();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(GetSync(*a, "/objects/hot").second, highest_accepted.load());
+}
+
+TEST_F(EtcdStoreTest, CallsQueuedTogetherShareATransaction) {
+  CountingTransport* counting = nullptr;
+  auto store = Open(&counting);
+  ASSERT_TRUE(AdvanceSync(*store, "warm", 1).status.ok());
+  const int before = counting->calls.load();
+  constexpr int kKeys = 200;
+  std::atomic<int> pending{kKeys};
+  std::atomic<int> accepted{0};
+  std::promise<void> done;
+  for (int i = 0; i < kKeys; ++i) {
+    store->Advance("/k/" + std::to_string(i), 5, [&](const Status& s, Fence f) {
+      if (s.ok() && f.accepted) accepted.fetch_add(1);
+      if (pending.fetch_sub(1) == 1) done.set_value();
+    });
+  }
+  done.get_future().wait();
+  EXPECT_EQ(accepted.load(), kKeys);
+  const int transactions = counting->calls.load() - before;
+  EXPECT_LT(transactions, kKeys / 4) << "200 queued advances took " << transactions;
+}
+
+TEST_F(EtcdStoreTest, ACallQueuedTwiceForOneKeyIsDecidedInOrder) {
+  auto store = Open();
+  std::promise<Fence> first;
+  std::promise<Fence> second;
+  store->Advance("/objects/o", 10, [&](const Status&, Fence f) { first.set_value(f); });
+  store->Advance("/objects/o", 9, [&](const Status&, Fence f) { second.set_value(f); });
+  EXPECT_TRUE(first.get_future().get().accepted);
+  Fence late = second.get_future().get();
+  EXPECT_FALSE(late.accepted);
+  EXPECT_EQ(late.current, 10u);
+}
+
+TEST_F(EtcdStoreTest, SeveralKeysAreAllOrNothing) {
+  auto store = Open();
+  ASSERT_TRUE(AdvanceSync(*store, "/b", 50).fence.accepted);
+  auto [s, refused] = AdvanceAllSync(*store, {{"/a", 40}, {"/b", 40}});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(refused.accepted);
+  EXPECT_EQ(refused.stale, 1u);
+  EXPECT_EQ(refused.current, (std::vector<uint64_t>{0, 50}));
+  EXPECT_EQ(GetSync(*store, "/a").second, std::nullopt) << "nothing of a refused batch is stored";
+  auto [s2, ok] = AdvanceAllSync(*store, {{"/a", 60}, {"/b", 60}});
+  ASSERT_TRUE(s2.ok());
+  EXPECT_TRUE(ok.accepted);
+  EXPECT_EQ(ok.current, (std::vector<uint64_t>{60, 60}));
+  EXPECT_EQ(GetSync(*store, "/b").second, 60u);
+}
+
+TEST_F(EtcdStoreTest, AValueThatIsNotATokenIsCorruption) {
+  auto store = Open();
+  const std::string key = prefix_ + "t/damaged";
+  nlohmann::json put = {{"key", EtcdClient::Base64(key)}, {"value", EtcdClient::Base64("12")}};
+  cluster_->Post(0, "/v3/kv/put", put.dump());
+  EXPECT_EQ(AdvanceSync(*store, "damaged", 5).status.code(), Status::Code::kCorruption);
+  EXPECT_EQ(GetSync(*store, "damaged").first.code(), Status::Code::kCorruption);
+}
+
+// Nothing answers: every call fails closed within the client's deadline,
+// and Health says so.
+TEST(EtcdStoreDown, FailsClosedWhenEtcdIsGone) {
+  std::vector<uint16_t> ports = fencegate::testing::etcd_process_detail::FreePorts(1);
+  EtcdClientOptions options;
+  options.endpoints = {"http://127.0.0.1:" + std::to_string(ports[0])};
+  options.request_timeout = std::chrono::milliseconds(200);
+  std::unique_ptr<EtcdClient> client;
+  ASSERT_TRUE(EtcdClient::Open(options, &client).ok());
+  struct Plain : EtcdTransport {
+    explicit Plain(std::unique_ptr<EtcdClient> c) : client(std::move(c)) {}
+    Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
+                bool retry) override {
+      return client->Call(path, request, response, retry);
+    }
+    std::unique_ptr<EtcdClient> client;
+  };
+  EtcdStore store(std::make_unique<Plain>(std::move(client)), EtcdStoreOptions{});
+  Answer a = AdvanceSync(store, "/objects/a", 1);
+  EXPECT_EQ(a.status.code(), Status::Code::kUnavailable) << a.status.ToString();
+  EXPECT_FALSE(a.fence.accepted);
+  EXPECT_EQ(store.Health().code(), Status::Code::kUnavailable);
+  EXPECT_TRUE(store.Close().ok());
+  EXPECT_EQ(AdvanceSync(store, "/objects/a", 1).status.code(), Status::Code::kUnavailable);
+}
+
+}  // namespace
+}  // namespace fencegate::storage
