@@ -7,7 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "storage/base64.h"
+#include "storage/etcd_client.h"
 
 namespace fencegate::storage {
 
@@ -17,15 +17,6 @@ namespace {
 
 constexpr auto kProbeInterval = std::chrono::seconds(1);
 constexpr int kSeveralAttempts = 16;  // reads and compares of one AdvanceAll
-
-// A gateway field that holds an int64 as a JSON string ("revision": "12").
-int64_t Int64Of(const json& object, const char* name) {
-  auto it = object.find(name);
-  if (it == object.end()) return 0;
-  if (it->is_string()) return std::stoll(it->get<std::string>());
-  if (it->is_number_integer()) return it->get<int64_t>();
-  return 0;
-}
 
 // Booleans that are false are left out of the gateway's answers.
 bool Succeeded(const json& txn) { return txn.value("succeeded", false); }
@@ -59,7 +50,7 @@ bool ValueOf(const json& range, std::optional<uint64_t>* out) {
   auto kvs = range.find("kvs");
   if (kvs == range.end() || kvs->empty()) return true;
   std::string text;
-  if (!Base64Decode((*kvs)[0].value("value", std::string()), &text)) return false;
+  if (!EtcdClient::FromBase64((*kvs)[0].value("value", std::string()), &text)) return false;
   uint64_t token = 0;
   if (!EtcdStore::DecodeToken(text, &token)) return false;
   *out = token;
@@ -211,11 +202,11 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
   std::vector<std::string> keys64;
   keys64.reserve(batch.size());
   for (const Single& call : batch) {
-    keys64.push_back(Base64Encode(KeyOf(call.key)));
+    keys64.push_back(EtcdClient::Base64(KeyOf(call.key)));
     if (call.kind == Single::Kind::kGet) {
       ops.push_back(Range(keys64.back()));
     } else {
-      ops.push_back(AdvanceTxn(keys64.back(), Base64Encode(EncodeToken(call.token))));
+      ops.push_back(AdvanceTxn(keys64.back(), EtcdClient::Base64(EncodeToken(call.token))));
     }
   }
   json response;
@@ -281,7 +272,7 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
 void EtcdStore::RunSeveral(Several& call) {
   const size_t n = call.items.size();
   std::vector<std::string> keys64(n);
-  for (size_t i = 0; i < n; ++i) keys64[i] = Base64Encode(KeyOf(call.items[i].key));
+  for (size_t i = 0; i < n; ++i) keys64[i] = EtcdClient::Base64(KeyOf(call.items[i].key));
   Status status;
   for (int attempt = 0; attempt < kSeveralAttempts; ++attempt) {
     // Read every key (one transaction: one revision), decide, then write
@@ -310,7 +301,10 @@ void EtcdStore::RunSeveral(Several& call) {
         break;
       }
       int64_t mod = 0;
-      if (stored) mod = Int64Of(range["kvs"][0], "mod_revision");
+      if (stored && !EtcdClient::Int64Field(range["kvs"][0], "mod_revision", &mod)) {
+        bad = true;
+        break;
+      }
       compares.push_back({{"key", keys64[i]},
                           {"target", "MOD"},
                           {"result", "EQUAL"},
@@ -319,7 +313,7 @@ void EtcdStore::RunSeveral(Several& call) {
       result.current[i] = stored.value_or(0);
       if (stored && token < *stored && result.stale == SIZE_MAX) result.stale = i;
       if (!stored || token > *stored) {
-        puts.push_back(Put(keys64[i], Base64Encode(EncodeToken(token))));
+        puts.push_back(Put(keys64[i], EtcdClient::Base64(EncodeToken(token))));
       }
     }
     if (bad) {
@@ -345,7 +339,7 @@ void EtcdStore::RunSeveral(Several& call) {
 
 void EtcdStore::Probe() {
   json response;
-  json request = {{"key", Base64Encode(KeyOf(""))}, {"limit", "1"}, {"keys_only", true}};
+  json request = {{"key", EtcdClient::Base64(KeyOf(""))}, {"limit", "1"}, {"keys_only", true}};
   SetHealth(transport_->Call("/v3/kv/range", request, &response, true));
 }
 
