@@ -47,6 +47,43 @@ std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
   return host + ":" + std::to_string(e.port());
 }
 
+// The store's options from the configuration: the etcd engine's password is
+// read from its file here, and `etcd_tls` (https endpoints) is not owned.
+// false + *error when the password cannot be read.
+bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_tls,
+                    storage::StoreOptions* options, std::string* error) {
+  options->engine = cfg.storage.engine;
+  options->path = cfg.storage.path;
+  options->durability = cfg.storage.durability == config::Durability::kSync
+                            ? storage::Durability::kSync
+                            : storage::Durability::kAsync;
+  const config::EtcdConfig& etcd = cfg.storage.etcd;
+  options->etcd.endpoints = etcd.endpoints;
+  options->etcd.prefix = etcd.prefix;
+  options->etcd.timeout = etcd.timeout;
+  options->etcd.tls = etcd_tls;
+  options->etcd.username = etcd.username;
+  if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
+    std::ifstream in(etcd.password_file.path);
+    std::string password;
+    if (!in || !std::getline(in, password)) {
+      *error = cfg.source + ":" + std::to_string(etcd.password_file.line) +
+               ": storage.etcd.password_file: cannot read " + etcd.password_file.path;
+      return false;
+    }
+    options->etcd.password = std::move(password);
+  }
+  return true;
+}
+
+// Where the store is, for messages: its directory, or etcd's endpoints.
+std::string StoreWhere(const storage::StoreOptions& options) {
+  if (options.engine != "etcd") return options.path;
+  std::string out;
+  for (const std::string& e : options.etcd.endpoints) out += (out.empty() ? "" : ",") + e;
+  return out;
+}
+
 int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
           tls::Contexts tls) {
   for (const std::string& warning : tls.warnings) spdlog::warn("{}", warning);
@@ -54,16 +91,18 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
     spdlog::debug("storage.etcd.tls was checked; it is used only with storage.engine: etcd");
   }
   storage::StoreOptions options;
-  options.engine = cfg->storage.engine;
-  options.path = cfg->storage.path;
-  options.durability = cfg->storage.durability == config::Durability::kSync
-                           ? storage::Durability::kSync
-                           : storage::Durability::kAsync;
+  std::string options_error;
+  // tls.etcd outlives the store: this function holds it to the end.
+  const std::shared_ptr<boost::asio::ssl::context> etcd_tls = tls.etcd;
+  if (!StoreOptionsOf(*cfg, etcd_tls.get(), &options, &options_error)) {
+    spdlog::critical("{}", options_error);
+    return kExitRuntime;
+  }
   storage::Status status;
   std::unique_ptr<storage::TokenStore> store = storage::OpenStore(options, &status);
   if (!store) {
-    spdlog::critical("cannot open the token store ({} at {}): {}", options.engine, options.path,
-                     status.ToString());
+    spdlog::critical("cannot open the token store ({} at {}): {}", options.engine,
+                     StoreWhere(options), status.ToString());
     return kExitRuntime;
   }
   std::function<void(const storage::FaultSpec&)> set_faults;
@@ -94,10 +133,16 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
     if (auto admin = server.admin_endpoint()) ready["admin"] = EndpointString(*admin);
     if (lock_server) ready["locks"] = EndpointString(lock_server->endpoint());
     std::cout << ready.dump() << std::endl;  // one line, flushed: tests wait on it
-    spdlog::info("fencegate {} proxying {} -> {} (store: {} at {}, durability {})",
-                 FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()), cfg->upstream.url,
-                 options.engine, options.path,
-                 options.durability == storage::Durability::kSync ? "sync" : "async");
+    if (options.engine == "etcd") {
+      spdlog::info("fencegate {} proxying {} -> {} (store: etcd at {}, prefix {})",
+                   FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()), cfg->upstream.url,
+                   StoreWhere(options), options.etcd.prefix);
+    } else {
+      spdlog::info("fencegate {} proxying {} -> {} (store: {} at {}, durability {})",
+                   FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()),
+                   cfg->upstream.url, options.engine, options.path,
+                   options.durability == storage::Durability::kSync ? "sync" : "async");
+    }
     server.Run();
     if (lock_server) lock_server->Stop();
   }
@@ -114,19 +159,10 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
 // `fencegate export` / `fencegate import`: back up or move fences
 // (storage/export_import.h). Both open the store directly, so they run
 // while fencegate is stopped.
-storage::StoreOptions StoreOptionsOf(const config::Config& cfg) {
-  storage::StoreOptions options;
-  options.engine = cfg.storage.engine;
-  options.path = cfg.storage.path;
-  options.durability = cfg.storage.durability == config::Durability::kSync
-                           ? storage::Durability::kSync
-                           : storage::Durability::kAsync;
-  return options;
-}
-
 void PrintStoreError(const char* what, const storage::StoreOptions& options,
                      const storage::Status& status) {
-  std::cerr << "fencegate " << what << ": " << options.path << ": " << status.ToString() << "\n";
+  std::cerr << "fencegate " << what << ": " << StoreWhere(options) << ": " << status.ToString()
+            << "\n";
   if (status.code() == storage::Status::Code::kBusy) {
     std::cerr << "fencegate " << what
               << ": export and import open the token store directly; stop the fencegate that "
@@ -135,7 +171,12 @@ void PrintStoreError(const char* what, const storage::StoreOptions& options,
 }
 
 int RunExport(const config::Config& cfg, const std::string& output) {
-  storage::StoreOptions options = StoreOptionsOf(cfg);
+  storage::StoreOptions options;
+  std::string options_error;
+  if (!StoreOptionsOf(cfg, nullptr, &options, &options_error)) {
+    std::cerr << "fencegate export: " << options_error << "\n";
+    return kExitRuntime;
+  }
   std::ofstream file;
   if (output != "-") {
     file.open(output, std::ios::out | std::ios::trunc);
@@ -172,7 +213,18 @@ int RunImport(const config::Config& cfg, const std::string& input) {
               << s.message() << "; nothing was imported\n";
     return kExitConfig;
   }
-  storage::StoreOptions options = StoreOptionsOf(cfg);
+  storage::StoreOptions options;
+  std::string options_error;
+  std::shared_ptr<boost::asio::ssl::context> etcd_tls;
+  if (cfg.storage.engine == "etcd" && cfg.storage.etcd.https) {
+    etcd_tls = tls::ClientContext(cfg.storage.etcd.tls, "storage.etcd.tls", cfg.source,
+                                  &options_error);
+  }
+  if ((cfg.storage.engine == "etcd" && cfg.storage.etcd.https && !etcd_tls) ||
+      !StoreOptionsOf(cfg, etcd_tls.get(), &options, &options_error)) {
+    std::cerr << "fencegate import: " << options_error << "\n";
+    return kExitRuntime;
+  }
   storage::Status status;
   std::unique_ptr<storage::TokenStore> store = storage::OpenStore(options, &status);
   if (!store) {
@@ -189,7 +241,7 @@ int RunImport(const config::Config& cfg, const std::string& input) {
                  "again)\n";
     return kExitRuntime;
   }
-  std::cerr << "fencegate import: " << summary.records << " records into " << options.path
+  std::cerr << "fencegate import: " << summary.records << " records into " << StoreWhere(options)
             << ": " << summary.at_imported << " now at the imported token, "
             << summary.already_higher << " already higher (kept)\n";
   return kExitOk;

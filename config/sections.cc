@@ -107,11 +107,7 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
   return r.Map(f, Keys{
       {"engine",
        [&](const Field& v) {
-         if (!r.Choice(v, {"rocksdb", "etcd"}, &storage->engine)) return false;
-         if (storage->engine == "etcd") {  // validated, refused until the engine exists
-           return r.Fail(v, "the etcd engine is not built in this version", "rocksdb");
-         }
-         return true;
+         return r.Choice(v, {"rocksdb", "etcd"}, &storage->engine);
        }},
       {"path", [&](const Field& v) {
          return r.NonEmptyString(v, "a directory path such as ./fencegate-data", &storage->path);

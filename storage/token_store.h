@@ -23,6 +23,7 @@
 // engine answering in parallel would have to keep each key's calls in
 // order).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -33,6 +34,10 @@
 #include <vector>
 
 #include "storage/status.h"
+
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
 
 namespace fencegate::storage {
 
@@ -133,10 +138,22 @@ class TokenStore {
 
 enum class Durability { kSync, kAsync };
 
+// The etcd engine's settings (storage.etcd, etcd_store.h).
+struct EtcdStoreSettings {
+  std::vector<std::string> endpoints;
+  std::string prefix = "fencegate/";
+  std::chrono::milliseconds timeout{2000};  // one request to one member
+  std::string username;                     // "" = no authentication
+  std::string password;
+  // The TLS context of https endpoints; not owned, outlives the store.
+  boost::asio::ssl::context* tls = nullptr;
+};
+
 struct StoreOptions {
-  std::string engine = "rocksdb";  // "rocksdb" (embedded) | "etcd" (planned)
-  std::string path = "./fencegate-data";
-  Durability durability = Durability::kSync;
+  std::string engine = "rocksdb";  // "rocksdb" (embedded) | "etcd"
+  std::string path = "./fencegate-data";  // rocksdb
+  Durability durability = Durability::kSync;  // rocksdb
+  EtcdStoreSettings etcd;  // etcd
 };
 
 // Opens the engine that options name. On failure returns nullptr and sets

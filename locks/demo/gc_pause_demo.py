@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 
-from fencegate_proc import (START_TIMEOUT, Fencegate, Processes, TempDir,  # noqa: E402
+from fencegate_proc import (START_TIMEOUT, Etcd, Fencegate, Processes, TempDir,  # noqa: E402
                             free_ports, read_first_line, write_config)
 
 BACKEND = os.path.join(ROOT, "tests", "integration", "recording_backend.py")
@@ -184,33 +184,15 @@ class Environment:
         self.etcd = self._start_etcd() if with_etcd else None
 
     def _start_etcd(self):
-        etcd = shutil.which("etcd") or "/usr/bin/etcd"
-        client, peer = free_ports(2)
-        self.etcd_log = open(os.path.join(self.workdir, "etcd.stderr"), "wb")
-        url = f"http://127.0.0.1:{client}"
-        self.procs.start([etcd, "--name", "demo", "--data-dir", os.path.join(self.workdir, "etcd"),
-                          "--listen-client-urls", url, "--advertise-client-urls", url,
-                          "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                          "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                          "--initial-cluster", f"demo=http://127.0.0.1:{peer}"],
-                         stdout=subprocess.DEVNULL, stderr=self.etcd_log, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:  # a condition (etcd healthy) polled with a deadline
-            try:
-                status, body = http_json("GET", f"{url}/health", timeout=2)
-                if status == 200 and json.loads(body).get("health") == "true":
-                    return url
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"etcd did not become healthy within {START_TIMEOUT}s; "
-                                   f"see {self.etcd_log.name}")
-            time.sleep(0.05)
+        self.etcd_log_path = os.path.join(self.workdir, "etcd.stderr")
+        etcd = Etcd(self.procs, os.path.join(self.workdir, "etcd"),
+                        self.etcd_log_path, name="demo")
+        return etcd.start().url
 
     def close(self):
         if hasattr(self, "gate"):
             self.gate.stop()
-        for f in ("backend_log", "etcd_log"):
+        for f in ("backend_log",):
             if hasattr(self, f):
                 getattr(self, f).close()
 

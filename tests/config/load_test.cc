@@ -280,9 +280,14 @@ TEST(LoadTest, ListenersAcceptIpv6LocalhostAndPortZero) {
   EXPECT_EQ(c.locks.endpoint, (Endpoint{"0.0.0.0", 0}));
 }
 
-TEST(LoadTest, EtcdEngineIsRefusedUntilBuilt) {
-  EXPECT_TRUE(FailsAt(std::string(testing::kUpstream) + "storage:\n  engine: etcd\n", 3,
-                      "storage.engine", "the etcd engine is not built in this version"));
+TEST(LoadTest, TheEtcdEngineLoadsButNotWithIdempotencyRecords) {
+  Config c = MustLoad(std::string(testing::kUpstream) + "storage:\n  engine: etcd\n");
+  EXPECT_EQ(c.storage.engine, "etcd");
+  EXPECT_TRUE(FailsAt(std::string(testing::kUpstream) +
+                          "routes:\n  - path_prefix: /pay/\n    idempotency: 24h\n"
+                          "storage:\n  engine: etcd\n",
+                      4, "routes[0].idempotency",
+                      "idempotency records are not built for storage.engine: etcd yet"));
 }
 
 TEST(LoadTest, EtcdSectionAndBooleanSpellings) {

@@ -399,3 +399,57 @@ class Fencegate:
             found += [line for line in text.splitlines()
                       if any(m in line for m in self.SANITIZER_MARKERS)]
         return found
+
+
+# --------------------------------------------------------------------------
+# etcd
+# --------------------------------------------------------------------------
+
+class Etcd:
+    """One etcd member (Debian's etcd-server) on loopback, for the harnesses
+    that need a real one: ports from free_ports, data in `data_dir`, stderr
+    in `log_path`, started through `procs` (a Processes) so that it is
+    stopped by its PID. start() waits until /health says healthy;
+    kill() SIGKILLs it; start() again brings it back on the same ports and
+    data."""
+
+    def __init__(self, procs, data_dir, log_path, name="fencegate-test"):
+        self.procs = procs
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.name = name
+        self.client_port, self.peer_port = free_ports(2)
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.proc = None
+
+    def start(self, timeout=START_TIMEOUT):
+        import urllib.request
+        etcd = shutil.which("etcd") or "/usr/bin/etcd"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        with open(self.log_path, "ab") as log:
+            self.proc = self.procs.start(
+                [etcd, "--name", self.name, "--data-dir", self.data_dir,
+                 "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", f"{self.name}={peer}"],
+                stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + timeout
+        while True:  # a condition (etcd healthy) polled with a deadline
+            if self.proc.poll() is not None:
+                raise ProcessError(f"etcd exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                    if r.status == 200 and json.loads(r.read()).get("health") == "true":
+                        return self
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise ProcessError(f"etcd did not become healthy within {timeout}s; "
+                                   f"see {self.log_path}")
+            time.sleep(0.05)
+
+    def kill(self):
+        """SIGKILL, and waits."""
+        if self.proc is not None:
+            self.procs.stop(self.proc, signal.SIGKILL)
+            self.proc = None
