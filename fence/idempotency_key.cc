@@ -41,11 +41,26 @@ std::string IdempotencyRecordKey(std::string_view route, std::string_view scope,
   return out;
 }
 
+namespace {
+
+// SHA-256 fetched from OpenSSL's provider once: a digest started with
+// EVP_sha256() looks the algorithm up again at every start, under a lock.
+// Kept for the process's life.
+const EVP_MD* Sha256Md() {
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return md;
+}
+
+}  // namespace
+
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) {
+  if (!ctx_ || Sha256Md() == nullptr) {
     throw std::runtime_error("OpenSSL could not start a SHA-256 digest");
   }
+  Reset();
 }
+
+void Sha256::Reset() { EVP_DigestInit_ex(ctx_.get(), Sha256Md(), nullptr); }
 
 void Sha256::Update(const void* data, size_t size) {
   if (size > 0) EVP_DigestUpdate(ctx_.get(), data, size);
@@ -55,7 +70,7 @@ std::string Sha256::Finish() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
   EVP_DigestFinal_ex(ctx_.get(), digest, &size);
-  EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
+  Reset();
   return {reinterpret_cast<const char*>(digest), size};
 }
 

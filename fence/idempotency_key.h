@@ -59,6 +59,8 @@ class Sha256 {
   void Update(const void* data, size_t size);
   void Update(std::string_view text) { Update(text.data(), text.size()); }
   std::string Finish();
+  // Starts over, dropping what was fed.
+  void Reset();
 
  private:
   struct Free {

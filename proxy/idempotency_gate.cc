@@ -114,7 +114,7 @@ void IdempotencyGate::Reserve() {
 
 void IdempotencyGate::StartBodyDigest() {
   if (body_sha_) {
-    body_sha_->Finish();  // starts over
+    body_sha_->Reset();
   } else {
     body_sha_.emplace();
   }

@@ -1,5 +1,7 @@
 #include "storage/idempotency_record.h"
 
+#include <algorithm>
+
 // The layout, all integers big-endian:
 //   u8  format (1)
 //   u8  state (1 reserved, 2 finished)
@@ -119,6 +121,41 @@ Status DecodeResponse(Reader& r, StoredResponse* resp) {
 }
 
 }  // namespace
+
+Status ValidateIdempotencyRecord(const IdempotencyRecord& rec) {
+  auto bad = [](const std::string& what) {
+    return Status::InvalidArgument("idempotency record: " + what);
+  };
+  const bool finished = rec.state == IdempotencyRecord::State::kFinished;
+  if (!finished && rec.state != IdempotencyRecord::State::kReserved) return bad("unknown state");
+  if (rec.expires_ms < rec.created_ms) return bad("expires before it was created");
+  if (rec.head_digest.size() != kDigestBytes) return bad("head digest is not 32 bytes");
+  if (rec.body_digest.size() != (finished ? kDigestBytes : 0)) {
+    return bad(finished ? "body digest is not 32 bytes" : "a reservation has no body digest");
+  }
+  const StoredResponse& resp = rec.response;
+  if (!finished) {
+    return resp == StoredResponse{} ? Status::Ok() : bad("a reservation has no response");
+  }
+  if (resp.status < 100 || resp.status > 599) return bad("status " + std::to_string(resp.status));
+  if (resp.headers.size() > kMaxStoredHeaders) {
+    return bad(std::to_string(resp.headers.size()) + " header fields");
+  }
+  for (size_t i = 0; i < resp.headers.size(); ++i) {
+    const auto& [name, value] = resp.headers[i];
+    if (name.empty() || name.size() + value.size() > kMaxStoredHeaderBytes ||
+        !std::all_of(name.begin(), name.end(),
+                     [](char c) { return IsTchar(static_cast<unsigned char>(c)); }) ||
+        !IsFieldValue(value)) {
+      return bad("header field " + std::to_string(i) + " cannot be stored");
+    }
+  }
+  if (resp.body.size() > kMaxStoredBodyBytes) return bad("body too large");
+  if (resp.body_kept ? resp.body.size() != resp.body_bytes : !resp.body.empty()) {
+    return bad("body length does not match body_bytes and body_kept");
+  }
+  return Status::Ok();
+}
 
 std::string EncodeIdempotencyRecord(const IdempotencyRecord& rec) {
   std::string out;

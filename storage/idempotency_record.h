@@ -71,6 +71,11 @@ inline constexpr size_t kMaxStoredHeaderBytes = size_t{64} * 1024;  // name + va
 inline constexpr size_t kMaxStoredBodyBytes = size_t{64} << 20;
 
 std::string EncodeIdempotencyRecord(const IdempotencyRecord& record);
+// Whether `record` encodes and decodes back to itself, decided on its
+// fields, without encoding it (the body may be large): what
+// DecodeIdempotencyRecord accepts, said of the struct. InvalidArgument
+// naming the first problem, or ok.
+Status ValidateIdempotencyRecord(const IdempotencyRecord& record);
 Status DecodeIdempotencyRecord(std::string_view bytes, IdempotencyRecord* record);
 // The expiry of an encoded record without decoding the rest, for a sweep
 // over many records: false when the bytes do not begin as a record does.

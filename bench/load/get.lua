@@ -8,7 +8,7 @@ function init(args)
   wrk.path = args[1] or "/objects/static"
 end
 
--- Same reporter in put.lua: keep them identical.
+-- Same reporter in put.lua and idem.lua: keep them identical.
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(

@@ -17,7 +17,12 @@ Scenarios (run.py's, at one connection):
   put_pass   PUT of 16 bytes to an unfenced path
   put_async  the same PUT, fenced: distinct keys (10k), increasing tokens
   put_hot    the same PUT, fenced, one key, equal tokens
-and "fence" = put_async - put_pass: what fencing adds to a write.
+and "fence" = put_async - put_pass: what fencing adds to a write. Only when
+named in --scenarios (fencegate then has run.py's idempotent route /pay/):
+  idem_post    POST of 16 bytes with a new Idempotency-Key, to a route with
+               idempotency keys and no fencing (reserved, run, stored)
+  idem_replay  POST repeating one of 100 keys stored before the warm-up
+               (replayed, never at the backend)
 
 With --baseline, the same for a second binary, and the ratios this/baseline.
 A count moves by well under 1% between runs of one binary (timers and the
@@ -54,6 +59,8 @@ import run  # noqa: E402  (puts tests/support on sys.path)
 from fencegate_proc import ProcessError, TempDir, free_port  # noqa: E402
 
 SCENARIOS = ("get", "put_pass", "put_async", "put_hot")
+# Counted only when asked for (run.py's IDEMPOTENT).
+IDEMPOTENT = ("idem_post", "idem_replay")
 BODY = b"x" * 16
 
 
@@ -104,10 +111,16 @@ class Client:
             self.token += 1
             method, path = "PUT", f"/objects/t0/k{i % 10000}"
             extra = f"Fencing-Token: {self.token}\r\n"
+        elif scenario == "idem_post":  # a new key every time
+            method, path = "POST", f"/pay/t0/k{i % 10000}"
+            extra = f"Idempotency-Key: {self.hot_token}-{i}\r\n"
+        elif scenario == "idem_replay":  # the first 100 store, the rest replay
+            method, path = "POST", "/pay/replay"
+            extra = f"Idempotency-Key: replay-{i % 100}\r\n"
         else:  # put_hot: one lock holder writing many times
             method, path = "PUT", "/objects/hot"
             extra = f"Fencing-Token: {self.hot_token}\r\n"
-        length = f"Content-Length: {len(body)}\r\n" if method == "PUT" else ""
+        length = f"Content-Length: {len(body)}\r\n" if method != "GET" else ""
         head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\n{extra}{length}\r\n"
         self.sock.sendall(head.encode() + body)
         status, headers = self._read_head()
@@ -157,13 +170,17 @@ def measure(args, procs, work, name, binary, backend_port):
     wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                f"--callgrind-out-file={cg_dir}/callgrind.out"]
     fg = run.Fencegate(procs, binary, work, f"fg-{name}", args.threads, backend_port, "async",
-                       False, wrapper=wrapper, ready_secs=300)
+                       False, wrapper=wrapper, ready_secs=300,
+                       idempotent=any(sc in IDEMPOTENT for sc in args.scenarios))
     result = {"binary": binary}
     try:
         control(fg.pid, "--instr=on")
         client = Client(fg.port)
         last_key = None
         for sc in args.scenarios:
+            if sc == "idem_replay":
+                for i in range(100):  # the keys the counted requests repeat
+                    client.send(sc, i)
             for i in range(args.warmup):
                 client.send(sc, i)
             control(fg.pid, "--zero")
@@ -208,7 +225,7 @@ def report(results, names):
     cols = [n for n in names if n in results]
     print(f"{'scenario':<10}" + "".join(f"{n + ' instr/req':>22}" for n in cols)
           + (f"{'this / baseline':>18}" if len(cols) == 2 else ""))
-    for sc in list(SCENARIOS) + ["fence"]:
+    for sc in list(SCENARIOS) + ["fence"] + list(IDEMPOTENT):
         vals = []
         for n in cols:
             v = results[n].get(sc)
@@ -220,7 +237,7 @@ def report(results, names):
             line += f"{vals[0] / vals[1]:>18.3f}"
         print(line)
     for n in cols:
-        for sc in SCENARIOS:
+        for sc in SCENARIOS + IDEMPOTENT:
             top = results[n].get(sc, {}).get("top") if isinstance(results[n].get(sc),
                                                                     dict) else None
             if top:
@@ -292,8 +309,8 @@ def main():
         args.requests, args.warmup = 20, 10
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     for s in args.scenarios:
-        if s not in SCENARIOS:
-            ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
+        if s not in SCENARIOS + IDEMPOTENT:
+            ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS + IDEMPOTENT)}")
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate", "nginx"):
         if not shutil.which(tool):
             run.log(f"{tool} not found (apt-get install valgrind nginx, or "

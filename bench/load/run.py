@@ -14,7 +14,10 @@ Starts everything on 127.0.0.1 with ports chosen by the kernel (bind to port
                threads, streaming bodies);
   - fencegate: fencegate in front of the same backend, one fenced route
                /objects/, a RocksDB store in the temp dir (not tmpfs: fsync
-               is real), restarted per scenario with its durability.
+               is real), restarted per scenario with its durability; for the
+               idempotency scenarios (IDEMPOTENT) also a route /pay/ with
+               idempotency keys and no fencing, where the backend answers a
+               POST with GET's 128-byte body.
 Then drives wrk (Lua scripts in this folder) for every scenario and
 concurrency, interleaving the targets round by round, A B C then C B A
 (--order alternate, the default), so that drift and each target's place in
@@ -35,6 +38,7 @@ Every process it starts is stopped by its PID when it ends.
 
 import argparse
 import datetime
+import http.client
 import json
 import math
 import os
@@ -77,6 +81,11 @@ SCENARIOS = {
     "put_hot": "fenced PUT, one hot key (serialised by design), async",
     "put_64k": "fenced PUT, 64 KiB body, distinct keys, async",
     "put_1m": "fenced PUT, 1 MiB body, distinct keys, async",
+    "idem_post": "POST with a new Idempotency-Key per request (route mode off), 16-byte body, "
+                 "async; paired with put_async's fenced PUT through the same process",
+    "idem_replay": "POST repeating one of 100 Idempotency-Keys stored before the timed run "
+                   "(a replay, never at the backend), async; paired with the pass-through GET "
+                   "through the same process",
 }
 # Scenarios whose target is a ratio to fencegate's own pass-through: they
 # also run "fg_pass", the same PUT to an unfenced path (put.lua MODE plain)
@@ -89,8 +98,20 @@ PAIRED_PASS = ("put_async", "put_sync")
 # connection, whatever the point's concurrency), interleaved with the other
 # targets, so each round pairs the hot key with a reference seconds apart.
 PAIRED_REF = ("put_hot",)
+# Scenarios that compare with another scenario's workload through the same
+# fencegate process, interleaved with the other targets round by round:
+# scenario -> (target name, the workload it runs). An idempotent POST is
+# compared with a fenced PUT (put_async), a replay with a pass-through GET.
+PAIRED_SAME = {"idem_post": ("fg_fenced", "put_async"), "idem_replay": ("fg_get", "get")}
+# Scenarios whose fencegate has the idempotent route /pay/ (Fencegate);
+# the others' config is unchanged.
+IDEMPOTENT = ("idem_post", "idem_replay")
+# idem_replay's keys, each stored once before the timed runs.
+REPLAY_KEYS = 100
 BODY_BYTES = {"put_pass": 16, "put_async": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
-              "put_1m": 1 << 20}
+              "put_1m": 1 << 20, "idem_post": 16, "idem_replay": 16}
+# The fencegate processes' own targets: their CPU is fencegate's.
+FG_TARGETS = ("fencegate", "fg_pass", "fg_fenced", "fg_get")
 
 
 def log(msg):
@@ -168,6 +189,8 @@ http {{
 # every PUT lands in the same file (a regex location without captures makes
 # alias the whole path), on tmpfs when /dev/shm exists, so big bodies cost
 # memory bandwidth, not disk, and 10k keys x 1 MiB never fill anything.
+# POST /pay/ (idempotency scenarios): GET's body, the request body read and
+# dropped.
 BACKEND_SERVER = """  server {{
     listen 127.0.0.1:{port} backlog=4096;
     client_body_temp_path {www}/tmp;
@@ -179,6 +202,9 @@ BACKEND_SERVER = """  server {{
       alias {www}/blob;
       dav_methods PUT;
       dav_access user:rw;
+    }}
+    location /pay/ {{
+      return 200 "{get_body}";
     }}
   }}"""
 
@@ -214,17 +240,24 @@ class Fencegate(fencegate_proc.Fencegate):
     fencegate.log there; started at once. `port` is its proxy's port."""
 
     def __init__(self, procs, binary, work, name, threads, backend_port, durability,
-                 access_log, max_conns=20000, wrapper=(), ready_secs=30, log_level="warn"):
+                 access_log, max_conns=20000, wrapper=(), ready_secs=30, log_level="warn",
+                 idempotent=False):
         # wrapper: argv run in front of the binary (instructions.py: valgrind),
         # which may slow the start: ready_secs bounds the wait for "listening".
+        # idempotent: a second route, /pay/, with idempotency keys (1 h
+        # window) and no fencing, after the fenced one.
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
+        routes = [{"name": "objects", "path_prefix": "/objects/", "mode": "enforce"}]
+        if idempotent:
+            routes.append({"name": "pay", "path_prefix": "/pay/", "mode": "off",
+                           "idempotency": "1h"})
         cfg = write_config(os.path.join(d, "fencegate.yaml"), {
             "listen": "127.0.0.1:0",
             "threads": threads,
             "upstream": {"url": f"http://127.0.0.1:{backend_port}", "timeout": "30s"},
             "fencing": {"token_header": "Fencing-Token"},
-            "routes": [{"name": "objects", "path_prefix": "/objects/", "mode": "enforce"}],
+            "routes": routes,
             "storage": {"engine": "rocksdb", "path": os.path.join(d, "data"),
                         "durability": durability},
             "admin": {"listen": "127.0.0.1:0"},
@@ -243,6 +276,18 @@ class Fencegate(fencegate_proc.Fencegate):
                 return json.loads(r.read())["token"]
         except urllib.error.HTTPError as e:
             return None if e.code == 404 else -1
+
+    def post_idempotent(self, path, key, body):
+        """POST with an Idempotency-Key: (status, whether it was a replay)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            c.request("POST", path, body=body, headers={
+                "Idempotency-Key": key, "Content-Type": "application/octet-stream"})
+            r = c.getresponse()
+            r.read()
+            return r.status, r.getheader("Idempotent-Replayed") == "true"
+        finally:
+            c.close()
 
     def stop(self, sig=signal.SIGTERM, timeout=15.0):
         try:
@@ -448,6 +493,10 @@ def run_wrk(args, url, scenario, conns, duration):
     threads = max(1, min(args.wrk_threads, conns))
     if scenario == "get":
         script, extra = "get.lua", ["/objects/static"]
+    elif scenario in IDEMPOTENT:
+        mode, nkeys = ("replay", REPLAY_KEYS) if scenario == "idem_replay" else ("new", 10000)
+        base = time.time_ns() // 1000  # new keys in every run
+        script, extra = "idem.lua", [mode, str(base), str(nkeys), str(BODY_BYTES[scenario])]
     else:
         mode = {"put_hot": "hot", "put_pass": "plain"}.get(scenario, "keys")
         base = time.time_ns() // 1000  # grows between runs: tokens never go down
@@ -575,7 +624,9 @@ def target_verdicts(res):
     results: the median of the per-round ratios, its interval
     (median_interval) and a verdict. The hot key's reference, one client
     writing distinct keys straight to the backend, is its round's own
-    `ref_seq` run (PAIRED_REF)."""
+    `ref_seq` run (PAIRED_REF); an idempotent POST's, a fenced PUT, and a
+    replay's, a pass-through GET, are their round's runs of that workload
+    through the same fencegate process (PAIRED_SAME)."""
     rows = []
 
     def add(name, conns, per, target, at_least):
@@ -603,6 +654,18 @@ def target_verdicts(res):
         if c.isdigit() and c != "1" and "ref_seq" in row.get("rounds", {}):
             add("hot key r/s / one client direct", c, per_round(row, "fencegate", "ref_seq"),
                 0.8, True)
+    # An idempotent POST costs at most 1.3x a fenced PUT at 64 connections:
+    # in time per request (the fenced PUT's r/s over the POST's) and in CPU.
+    for c, row in res.get("idem_post", {}).items():
+        if c == "64" and "fg_fenced" in row.get("rounds", {}):
+            add("idem POST time/req, / fenced PUT", c, per_round(row, "fg_fenced", "fencegate"),
+                1.3, False)
+            add("idem POST CPU/req, / fenced PUT", c,
+                per_round(row, "fencegate", "fg_fenced", "cpu_us_per_request"), 1.3, False)
+    for c, row in res.get("idem_replay", {}).items():
+        if c.isdigit() and "fg_get" in row.get("rounds", {}):
+            add("replay r/s / GET through fencegate", c, per_round(row, "fencegate", "fg_get"),
+                1.0, True)
     return rows
 
 
@@ -830,6 +893,13 @@ def print_table(results, scenarios, concs):
             if "ref_seq" in row:
                 paired_text += (f" | ref_seq {row['ref_seq']['rps']:.0f} r/s, paired median "
                                 f"fg/ref_seq {pair['fg_over_ref_seq_rps']['median']}")
+            same = PAIRED_SAME.get(sc, (None,))[0]
+            if same in row:
+                p = row[same]
+                paired_text += (f" | {same} {p['rps']:.0f} r/s, CPU us/req "
+                                f"{p.get('cpu_us_per_request')}, paired median fg/{same} r/s "
+                                f"{pair[f'fg_over_{same}_rps']['median']}, CPU/req "
+                                f"{pair[f'fg_over_{same}_cpu_us_per_request']['median']}")
             for key, label in (("rps", "r/s"), ("cpu_us_per_request", "CPU/req")):
                 ab = pair.get(f"fg_over_baseline_{key}", {})
                 if ab.get("median") is not None:
@@ -883,6 +953,20 @@ def print_markdown(path):
                   f"{n.get('sched_in_per_request', '-')} / {f.get('sched_in_per_request', '-')} | "
                   f"{fenced} |"
                   f"{cols}")
+    same_rows = [(sc, c, row) for sc, by_c in res.items() if sc in PAIRED_SAME
+                 for c, row in by_c.items() if c.isdigit() and PAIRED_SAME[sc][0] in row]
+    if same_rows:
+        print()
+        print("| scenario | conns | reference | fencegate r/s | reference r/s | "
+              "r/s, median of rounds | CPU us/req fg / reference | CPU/req, median of rounds |")
+        print("|---|---:|---|---:|---:|---:|---|---:|")
+        for sc, c, row in same_rows:
+            name, workload = PAIRED_SAME[sc]
+            f, ref, pair = row["fencegate"], row[name], row["paired"]
+            print(f"| {sc} | {c} | {workload} | {f['rps']:.0f} | {ref['rps']:.0f} | "
+                  f"{pair[f'fg_over_{name}_rps']['median']} | "
+                  f"{f.get('cpu_us_per_request')} / {ref.get('cpu_us_per_request')} | "
+                  f"{pair[f'fg_over_{name}_cpu_us_per_request']['median']} |")
     print()
     print_verdicts(target_verdicts(res), markdown=True)
 
@@ -1052,6 +1136,19 @@ def self_test():
         ("hot", "16"): "undecided",      # 0.70-0.90 spans 0.8; 1 connection has no target
         ("hot", "64"): "met",            # 0.85-0.95 of its own round's reference
         ("hot", "256"): "missed"})       # 0.5 of ref_seq
+    # An idempotent POST against the fenced PUT of its rounds (64
+    # connections only), a replay against the GET of its rounds.
+    idem = {"idem_post": {c: {"rounds": {
+                "fencegate": [{"rps": 800, "cpu_us_per_request": 30}] * 5,
+                "fg_fenced": [{"rps": 1000, "cpu_us_per_request": 20}] * 5}} for c in ("16", "64")},
+            "idem_replay": {"16": {"rounds": {"fencegate": [{"rps": v} for v in (1100, 990, 1050,
+                                                                                1080, 1020)],
+                                              "fg_get": [{"rps": 1000}] * 5}}}}
+    check("target_verdicts: idempotency",
+          [(r["target"], r["conns"], r["median"], r["verdict"]) for r in target_verdicts(idem)],
+          [("idem POST time/req, / fenced PUT", "64", 1.25, "met"),
+           ("idem POST CPU/req, / fenced PUT", "64", 1.5, "missed"),
+           ("replay r/s / GET through fencegate", "16", 1.05, "undecided")])
     # Pooling: two runs of a point, each undecided (6 rounds: [min, max],
     # and each has one round under 0.8), whose 12 rounds together are met
     # (12 rounds: [x(3), x(10)], and x(3) is 0.85). The reference moves
@@ -1155,13 +1252,15 @@ def main():
                          "(perf stat tracepoints, first round only)")
     ap.add_argument("--perf", metavar="DIR",
                     help="record fencegate with `perf record -g` during each of its runs into "
-                         "DIR/perf-<scenario>-c<conns>.data, its fg_pass runs into "
-                         "DIR/perf-<scenario>-fg_pass-c<conns>.data (skews those numbers: use a "
-                         "separate invocation for profiles)")
+                         "DIR/perf-<scenario>-c<conns>.data, its runs of a reference through "
+                         "the same process (fg_pass, fg_fenced, fg_get) into "
+                         "DIR/perf-<scenario>-<reference>-c<conns>.data (skews those numbers: "
+                         "use a separate invocation for profiles)")
     ap.add_argument("--trace", metavar="DIR",
                     help="record fencegate's system calls (enter/exit tracepoints) during the "
-                         "first round of its fenced and fg_pass runs into "
-                         "DIR/trace-<scenario>[-fg_pass]-c<conns>.data and report where a "
+                         "first round of its runs and of its references through the same "
+                         "process (fg_pass, fg_fenced, fg_get) into "
+                         "DIR/trace-<scenario>[-<reference>]-c<conns>.data and report where a "
                          "request's time goes, wake by wake (bench/load/phases.py; skews those "
                          "runs: use a separate invocation)")
     ap.add_argument("--report", metavar="JSON", nargs="+",
@@ -1248,24 +1347,41 @@ def main():
         targets = TARGETS + (("baseline",) if args.baseline else ())
         for sc in scenarios:
             durability = "sync" if sc == "put_sync" else "async"
+            idempotent = sc in IDEMPOTENT
             fg = Fencegate(procs, args.fencegate, work, f"fg-{sc}", args.threads, backend_port,
-                           durability, args.access_log, log_level=args.log_level)
+                           durability, args.access_log, log_level=args.log_level,
+                           idempotent=idempotent)
             base = None
             if args.baseline:
                 base = Fencegate(procs, args.baseline, work, f"fg-base-{sc}", args.threads,
                                  backend_port, durability, args.access_log,
-                                 log_level=args.log_level)
+                                 log_level=args.log_level, idempotent=idempotent)
             urls = {"direct": f"http://127.0.0.1:{backend_port}",
                     "nginx": f"http://127.0.0.1:{proxy_port}",
                     "fencegate": f"http://127.0.0.1:{fg.port}",
                     "fg_pass": f"http://127.0.0.1:{fg.port}",
                     "ref_seq": f"http://127.0.0.1:{backend_port}"}
+            same = PAIRED_SAME.get(sc)
             sc_targets = targets + (("fg_pass",) if sc in PAIRED_PASS else ()) + (
-                ("ref_seq",) if sc in PAIRED_REF else ())
+                ("ref_seq",) if sc in PAIRED_REF else ()) + ((same[0],) if same else ())
+            if same:
+                urls[same[0]] = f"http://127.0.0.1:{fg.port}"
+            # What each target of this fencegate process runs when it is not
+            # the scenario itself.
+            workload = {"fg_pass": "put_pass", **({same[0]: same[1]} if same else {})}
             if base:
                 urls["baseline"] = f"http://127.0.0.1:{base.port}"
             out["results"][sc] = {}
             try:
+                if sc == "idem_replay":
+                    # The keys the timed runs repeat, each run once now.
+                    for server in (fg, base) if base else (fg,):
+                        for i in range(REPLAY_KEYS):
+                            got = server.post_idempotent("/pay/replay", f"replay-{i}",
+                                                         b"x" * BODY_BYTES[sc])
+                            if got != (200, False):
+                                raise RuntimeError(f"storing replay-{i}: (status, replayed) "
+                                                   f"{got}, want (200, False)")
                 for c in concs:
                     rounds = {t: [] for t in sc_targets}
                     fsyncs = []
@@ -1274,18 +1390,18 @@ def main():
                             counter = recorder = None
                             if sc == "put_sync" and t == "fencegate":
                                 counter = count_fsyncs_start(fg.pid, args.duration)
-                            if args.perf and t in ("fencegate", "fg_pass") and rnd == 0:
+                            if args.perf and t in FG_TARGETS and rnd == 0:
                                 recorder = perf_record_start(args.perf, fg.pid, sc, c,
                                                              args.duration, t)
                             tracer = None
-                            if args.trace and t in ("fencegate", "fg_pass") and rnd == 0:
+                            if args.trace and t in FG_TARGETS and rnd == 0:
                                 tracer = phases.record_start(args.trace, fg.pid, sc, c,
                                                              args.duration, t)
                             sys_counter = None
                             # The server under test: fencegate (every thread,
                             # RocksDB's included), nginx's workers, or for
                             # direct the backend's.
-                            pids = ([fg.pid] if t in ("fencegate", "fg_pass") else [base.pid]
+                            pids = ([fg.pid] if t in FG_TARGETS else [base.pid]
                                     if t == "baseline" else nginx_pids(nginx_proxy.pid)
                                     if t == "nginx" else nginx_pids(backend.pid))
                             if args.syscalls and rnd == 0 and t not in ("direct", "ref_seq"):
@@ -1309,8 +1425,8 @@ def main():
                             if t == "ref_seq":  # one client, distinct keys, 16-byte bodies
                                 r = run_wrk(args, urls[t], "put_async", 1, args.duration)
                             else:
-                                r = run_wrk(args, urls[t], "put_pass" if t == "fg_pass" else sc,
-                                            c, args.duration)
+                                r = run_wrk(args, urls[t], workload.get(t, sc), c,
+                                            args.duration)
                             ticks_after, faults_after = cpu_ticks_and_faults(pids)
                             backend_ticks_after, _ = cpu_ticks_and_faults(backend_pids)
                             idle_after = idle_ticks()
@@ -1396,6 +1512,10 @@ def main():
                     if "ref_seq" in rounds:
                         row["paired"]["fg_over_ref_seq_rps"] = paired(rounds, "fencegate",
                                                                       "ref_seq")
+                    if same:
+                        for key in ("rps", "cpu_us_per_request"):
+                            row["paired"][f"fg_over_{same[0]}_{key}"] = paired(
+                                rounds, "fencegate", same[0], key)
                     if "baseline" in rounds:
                         # An A/B of two builds is judged like a target: by
                         # the interval of its per-round ratios.
@@ -1405,7 +1525,19 @@ def main():
                     if fsyncs:
                         row["fencegate"]["fsyncs_per_s"] = round(statistics.mean(fsyncs), 1)
                     out["results"][sc][str(c)] = row
-                if sc not in ("get", "put_pass"):
+                if idempotent:
+                    # A new key runs, its repeat is replayed; a stored key
+                    # of the timed runs is replayed.
+                    fresh = f"check-{time.time_ns()}"
+                    got = [fg.post_idempotent("/pay/check", fresh, b"x") for _ in range(2)]
+                    if sc == "idem_replay":
+                        got.append(fg.post_idempotent("/pay/replay", "replay-5",
+                                                      b"x" * BODY_BYTES[sc]))
+                    out["results"][sc]["replay_check"] = got
+                    if got != [(200, False)] + [(200, True)] * (len(got) - 1):
+                        problems.append(f"{sc}: (status, replayed) of a new key, its repeat "
+                                        f"and a stored key: {got}")
+                if sc not in ("get", "put_pass", "idem_replay"):
                     key = "/objects/hot" if sc == "put_hot" else "/objects/t0/k5"
                     tok = fg.stored_token(key)
                     out["results"][sc]["stored_token_check"] = {"key": key, "token": tok}
@@ -1491,6 +1623,13 @@ def main():
         targets["hot_over_direct_sequential"] = {
             c: ratio(res["put_hot"][c]["fencegate"]["rps"], seq)
             for c in res["put_hot"] if c.isdigit()}
+    for sc, (name, workload) in PAIRED_SAME.items():
+        for c, row in res.get(sc, {}).items():
+            for key in ("rps", "cpu_us_per_request"):
+                m = row.get("paired", {}).get(f"fg_over_{name}_{key}", {}).get("median") \
+                    if c.isdigit() else None
+                if m is not None:
+                    targets.setdefault(f"{sc}_over_{workload}_{key}_paired_median", {})[c] = m
     for c, row in res.get("put_hot", {}).items():
         if c.isdigit() and "fg_over_ref_seq_rps" in row.get("paired", {}):
             targets.setdefault("hot_over_ref_seq_paired_median", {})[c] = (

@@ -7,7 +7,8 @@
 //
 // Invariants checked (a violation traps):
 //  - the decoder accepts exactly what the encoder writes: a record it
-//    accepts encodes back to the very input bytes;
+//    accepts encodes back to the very input bytes, and
+//    ValidateIdempotencyRecord accepts it too;
 //  - an accepted record's replayable fields hold no CR, LF or NUL, its
 //    status is 100..599 and its kept body is as long as it says;
 //  - a refusal is Corruption, and then no decision changes anything;
@@ -63,6 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(fencegate::storage::EncodeIdempotencyRecord(rec) == bytes);
+  // What the store checks before it writes a record agrees with the decoder.
+  FUZZ_CHECK(fencegate::storage::ValidateIdempotencyRecord(rec).ok());
   if (rec.state == State::kFinished) {
     FUZZ_CHECK(rec.response.status >= 100 && rec.response.status <= 599);
     for (const auto& [name, value] : rec.response.headers) {

@@ -139,3 +139,73 @@ TEST(IdempotencyRecord, LengthsBeyondTheBoundsAreRefusedBeforeAllocating) {
 
 }  // namespace
 }  // namespace fencegate::storage
+
+namespace fencegate::storage {
+namespace {
+
+// The store's check (ValidateIdempotencyRecord) says of a struct exactly
+// what a round trip through the encoding says: the two agree on records
+// that are fine and on each way a record can be unstorable.
+TEST(IdempotencyRecordValidate, AgreesWithARoundTrip) {
+  auto round_trips = [](const IdempotencyRecord& r) {
+    IdempotencyRecord back;
+    return DecodeIdempotencyRecord(EncodeIdempotencyRecord(r), &back).ok() && back == r;
+  };
+  IdempotencyRecord reserved;
+  reserved.owner = 3;
+  reserved.created_ms = 10;
+  reserved.expires_ms = 20;
+  reserved.head_digest = std::string(kDigestBytes, 'h');
+  IdempotencyRecord finished = reserved;
+  finished.state = IdempotencyRecord::State::kFinished;
+  finished.body_digest = std::string(kDigestBytes, 'b');
+  finished.response.status = 200;
+  finished.response.headers = {{"Content-Type", "text/plain"}};
+  finished.response.body = "ok";
+  finished.response.body_bytes = 2;
+
+  std::vector<std::pair<std::string, IdempotencyRecord>> cases = {{"reserved", reserved},
+                                                                 {"finished", finished}};
+  auto variant = [&](const std::string& name, const IdempotencyRecord& base, auto change) {
+    IdempotencyRecord r = base;
+    change(r);
+    cases.emplace_back(name, r);
+  };
+  variant("expires before created", reserved, [](auto& r) { r.expires_ms = 5; });
+  variant("short head digest", reserved, [](auto& r) { r.head_digest = "h"; });
+  variant("reserved with body digest", reserved, [](auto& r) { r.body_digest = "b"; });
+  variant("reserved with a response", reserved, [](auto& r) { r.response.status = 200; });
+  variant("finished without body digest", finished, [](auto& r) { r.body_digest.clear(); });
+  variant("status 99", finished, [](auto& r) { r.response.status = 99; });
+  variant("status 600", finished, [](auto& r) { r.response.status = 600; });
+  variant("empty header name", finished, [](auto& r) { r.response.headers = {{"", "v"}}; });
+  variant("name not a token", finished, [](auto& r) { r.response.headers = {{"A B", "v"}}; });
+  variant("CR in value", finished, [](auto& r) { r.response.headers = {{"A", "x\r\ny"}}; });
+  variant("tab in value", finished, [](auto& r) { r.response.headers = {{"A", "x\ty"}}; });
+  variant("too many fields", finished, [](auto& r) {
+    r.response.headers.assign(kMaxStoredHeaders + 1, {"A", "v"});
+  });
+  variant("as many fields as allowed", finished, [](auto& r) {
+    r.response.headers.assign(kMaxStoredHeaders, {"A", "v"});
+  });
+  variant("field too long", finished, [](auto& r) {
+    r.response.headers = {{"A", std::string(kMaxStoredHeaderBytes, 'v')}};
+  });
+  variant("length not the body's", finished, [](auto& r) { r.response.body_bytes = 3; });
+  variant("not kept, with a body", finished, [](auto& r) { r.response.body_kept = false; });
+  variant("not kept, no body", finished, [](auto& r) {
+    r.response.body_kept = false;
+    r.response.body.clear();
+    r.response.body_bytes = 5'000'000;
+  });
+  variant("unknown state", reserved,
+          [](auto& r) { r.state = static_cast<IdempotencyRecord::State>(3); });
+  for (const auto& [name, r] : cases) {
+    EXPECT_EQ(ValidateIdempotencyRecord(r).ok(), round_trips(r)) << name;
+  }
+  EXPECT_TRUE(ValidateIdempotencyRecord(finished).ok());
+  EXPECT_FALSE(ValidateIdempotencyRecord(cases[2].second).ok());
+}
+
+}  // namespace
+}  // namespace fencegate::storage
