@@ -2,7 +2,8 @@
 # The concurrency tests under ThreadSanitizer: the token store (group
 # commit, reader thread, reopen), the per-key queue and the fence filter
 # (fence_tests), the per-client limit (net_tests), and the lock service
-# (locks_tests). These link the layers below the proxy only (fencegate_fence,
+# (locks_tests), the etcd engine and its client against real etcd
+# (etcd_tests). These link the layers below the proxy only (fencegate_fence,
 # fencegate_net, fencegate_locks), so the proxy's and the admin listener's
 # sessions are not compiled here. tests/run.sh calls this after ctest
 # (FENCEGATE_SKIP_TSAN=1 skips it).
@@ -22,7 +23,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FENCEGATE_TSAN_BUILD_DIR:-$ROOT/build-tsan}"
-TARGETS=(storage_tests fence_tests net_tests locks_tests)
+TARGETS=(storage_tests fence_tests net_tests locks_tests etcd_tests)
 
 start=$(date +%s)
 (cd "$ROOT" && cmake --preset tsan -B "$BUILD" >/dev/null)
