@@ -29,7 +29,7 @@ std::string ClosedEndpoint() {
   return "http://127.0.0.1:" + std::to_string(ports.at(0));
 }
 
-std::unique_ptr<EtcdClient> Connect(EtcdClientOptions options) {
+std::unique_ptr<EtcdClient> Connect(const EtcdClientOptions& options) {
   std::unique_ptr<EtcdClient> client;
   const Status s = EtcdClient::Open(options, &client);
   EXPECT_TRUE(s.ok()) << s.ToString();
