@@ -62,6 +62,7 @@ bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_t
   options->etcd.prefix = etcd.prefix;
   options->etcd.timeout = etcd.timeout;
   options->etcd.tls = etcd_tls;
+  options->etcd.tls_server_name = etcd.tls.server_name;
   options->etcd.username = etcd.username;
   if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
     std::ifstream in(etcd.password_file.path);

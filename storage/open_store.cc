@@ -32,6 +32,7 @@ std::unique_ptr<TokenStore> OpenEtcdStore(const EtcdStoreSettings& settings, Sta
   options.username = settings.username;
   options.password = settings.password;
   options.tls = settings.tls;
+  options.tls_server_name = settings.tls_server_name;
   std::unique_ptr<EtcdClient> client;
   *status = EtcdClient::Open(options, &client);
   if (!status->ok()) return nullptr;

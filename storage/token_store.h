@@ -147,6 +147,7 @@ struct EtcdStoreSettings {
   std::string password;
   // The TLS context of https endpoints; not owned, outlives the store.
   boost::asio::ssl::context* tls = nullptr;
+  std::string tls_server_name;  // "" = each endpoint's host
 };
 
 struct StoreOptions {
