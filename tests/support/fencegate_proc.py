@@ -407,49 +407,125 @@ class Fencegate:
 
 class Etcd:
     """One etcd member (Debian's etcd-server) on loopback, for the harnesses
-    that need a real one: ports from free_ports, data in `data_dir`, stderr
-    in `log_path`, started through `procs` (a Processes) so that it is
-    stopped by its PID. start() waits until /health says healthy;
-    kill() SIGKILLs it; start() again brings it back on the same ports and
-    data."""
+    that need a real one: ports from free_ports unless `ports` gives
+    (client, peer), data in `data_dir`, stderr in `log_path`, started
+    through `procs` (a Processes) so that it is stopped by its PID.
+    `initial_cluster` is etcd's --initial-cluster ("name=peer-url,...");
+    None for a cluster of this member alone. start() waits until /health
+    says healthy (launch() and wait_healthy() are its two halves, for the
+    members of a cluster, none healthy before a quorum runs); kill()
+    SIGKILLs it; start() again brings it back on the same ports and data."""
 
-    def __init__(self, procs, data_dir, log_path, name="fencegate-test"):
+    def __init__(self, procs, data_dir, log_path, name="fencegate-test", ports=None,
+                 initial_cluster=None):
         self.procs = procs
         self.data_dir = data_dir
         self.log_path = log_path
         self.name = name
-        self.client_port, self.peer_port = free_ports(2)
+        self.client_port, self.peer_port = ports or free_ports(2)
         self.url = f"http://127.0.0.1:{self.client_port}"
+        self.peer_url = f"http://127.0.0.1:{self.peer_port}"
+        self.initial_cluster = initial_cluster or f"{self.name}={self.peer_url}"
         self.proc = None
 
-    def start(self, timeout=START_TIMEOUT):
-        import urllib.request
+    def launch(self):
+        """Starts the process, without waiting for it."""
         etcd = shutil.which("etcd") or "/usr/bin/etcd"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = self.peer_url
         with open(self.log_path, "ab") as log:
             self.proc = self.procs.start(
                 [etcd, "--name", self.name, "--data-dir", self.data_dir,
                  "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                 "--initial-cluster", f"{self.name}={peer}"],
+                 "--initial-cluster", self.initial_cluster, "--initial-cluster-state", "new"],
                 stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + timeout
+        return self
+
+    def healthy(self):
+        """Whether /health says healthy now (for a member of a cluster: it
+        sees a leader)."""
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                return r.status == 200 and json.loads(r.read()).get("health") == "true"
+        except (OSError, ValueError):
+            return False
+
+    def wait_healthy(self, deadline):
+        """Polls /health until healthy; raises ProcessError if the process
+        exits or time.monotonic() passes `deadline`."""
         while True:  # a condition (etcd healthy) polled with a deadline
             if self.proc.poll() is not None:
-                raise ProcessError(f"etcd exited with {self.proc.returncode}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
-                    if r.status == 200 and json.loads(r.read()).get("health") == "true":
-                        return self
-            except (OSError, ValueError):
-                pass
+                raise ProcessError(f"etcd {self.name} exited with {self.proc.returncode}; "
+                                   f"see {self.log_path}")
+            if self.healthy():
+                return self
             if time.monotonic() > deadline:
-                raise ProcessError(f"etcd did not become healthy within {timeout}s; "
+                raise ProcessError(f"etcd {self.name} did not become healthy in time; "
                                    f"see {self.log_path}")
             time.sleep(0.05)
+
+    def start(self, timeout=START_TIMEOUT):
+        self.launch()
+        return self.wait_healthy(time.monotonic() + timeout)
 
     def kill(self):
         """SIGKILL, and waits."""
         if self.proc is not None:
             self.procs.stop(self.proc, signal.SIGKILL)
             self.proc = None
+
+
+class EtcdCluster:
+    """Three etcd members (Etcd) on loopback forming one cluster: each its
+    own ports, data directory `{work_dir}/etcd{i}` and log
+    `{work_dir}/etcd{i}.stderr`, every one named in --initial-cluster.
+    start() launches all and waits until every member is healthy; kill(i)
+    SIGKILLs member i; start_member(i) brings it back on the same ports and
+    data and waits until it is healthy (which needs a quorum running)."""
+
+    def __init__(self, procs, work_dir, size=3):
+        ports = [free_ports(2) for _ in range(size)]
+        names = [f"etcd{i}" for i in range(size)]
+        initial = ",".join(f"{n}=http://127.0.0.1:{p[1]}" for n, p in zip(names, ports))
+        self.members = [Etcd(procs, os.path.join(work_dir, n), os.path.join(work_dir, f"{n}.stderr"),
+                             name=n, ports=p, initial_cluster=initial)
+                        for n, p in zip(names, ports)]
+
+    def endpoints(self):
+        """The client URLs, member 0 first."""
+        return [m.url for m in self.members]
+
+    def start(self, timeout=START_TIMEOUT):
+        for m in self.members:
+            m.launch()
+        deadline = time.monotonic() + timeout
+        for m in self.members:
+            m.wait_healthy(deadline)
+        return self
+
+    def kill(self, i):
+        self.members[i].kill()
+
+    def start_member(self, i, timeout=START_TIMEOUT):
+        return self.members[i].start(timeout)
+
+    def leader(self):
+        """The index of the member that a running member names as leader
+        (POST /v3/maintenance/status), or None when none answers."""
+        import urllib.request
+        ids, leaders = {}, set()
+        for i, m in enumerate(self.members):
+            if m.proc is None:
+                continue
+            try:
+                req = urllib.request.Request(f"{m.url}/v3/maintenance/status", data=b"{}",
+                                             method="POST")
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    doc = json.loads(r.read())
+            except (OSError, ValueError):
+                continue
+            ids[str(doc["header"]["member_id"])] = i
+            leaders.add(str(doc.get("leader", "")))
+        found = [ids[x] for x in leaders if x in ids]
+        return found[0] if len(found) == 1 else None
