@@ -118,8 +118,9 @@ def etcd(tmp_path):
 
 
 @pytest.fixture
-def recipe(make_gate, backend, etcd, tmp_path):
-    """(haproxy, [replica 1, replica 2]), both servers UP."""
+def recipe(request, make_gate, backend, etcd, tmp_path):
+    """(haproxy, [replica 1, replica 2]), both servers UP. HAProxy's log is
+    printed when the test failed."""
     storage = {"engine": "etcd",
                "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-haproxy-test/",
                         "timeout": "500ms"}}
@@ -129,6 +130,9 @@ def recipe(make_gate, backend, etcd, tmp_path):
         front = HAProxy(procs, str(tmp_path), replicas)
         front.wait_states({"fencegate1": "UP", "fencegate2": "UP"})
         yield front, replicas
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            print(f"--- haproxy log ---\n{front.log()}")
     finally:
         procs.stop_all()
 
