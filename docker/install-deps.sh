@@ -13,7 +13,7 @@ PACKAGES=(
   libspdlog-dev libcli11-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   nginx curl python3 python3-pytest ca-certificates
-  etcd-server etcd-client redis-server zookeeperd python3-kazoo
+  etcd-server etcd-client redis-server zookeeperd python3-kazoo haproxy
   wrk linux-perf valgrind
   clang libclang-rt-14-dev clang-tidy cppcheck
   llvm  # /usr/bin/llvm-symbolizer: names the lines in ASan/UBSan/fuzzer reports
