@@ -7,6 +7,7 @@ import os
 import pytest
 
 from fg_helpers import Backend, Fencegate, default_config, write_config
+from fencegate_proc import Etcd, Processes  # after fg_helpers, which puts it on the path
 
 
 def pytest_addoption(parser):
@@ -79,3 +80,12 @@ def gate(make_gate):
     """fencegate with the default config: route 'objects' on /objects/,
     enforce mode, admin on with a token."""
     return make_gate(name="fencegate")
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """One etcd member (fencegate_proc.Etcd), stopped at teardown."""
+    procs = Processes()
+    member = Etcd(procs, str(tmp_path / "etcd"), str(tmp_path / "etcd.stderr")).start()
+    yield member
+    procs.stop_all()

@@ -7,18 +7,7 @@ service resumes by itself and no accepted token was lost."""
 import subprocess
 import time
 
-import pytest
-
 from fg_helpers import IO_TIMEOUT, assert_json_error, request, tokens_seen
-from fencegate_proc import Etcd, Processes
-
-
-@pytest.fixture
-def etcd(tmp_path):
-    procs = Processes()
-    member = Etcd(procs, str(tmp_path / "etcd"), str(tmp_path / "etcd.stderr")).start()
-    yield member
-    procs.stop_all()
 
 
 def replica(make_gate, etcd, name):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from fg_helpers import IO_TIMEOUT, START_TIMEOUT, assert_json_error, request, tokens_seen
-from fencegate_proc import Etcd, Processes, ProcessError, free_port
+from fencegate_proc import Processes, ProcessError, free_port
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK)
                                       else None)
@@ -107,14 +107,6 @@ class HAProxy:
                 return
             assert time.monotonic() < deadline, f"servers {states}, want {want}"
             time.sleep(0.05)  # polling interval of a condition with a deadline
-
-
-@pytest.fixture
-def etcd(tmp_path):
-    procs = Processes()
-    member = Etcd(procs, str(tmp_path / "etcd"), str(tmp_path / "etcd.stderr")).start()
-    yield member
-    procs.stop_all()
 
 
 @pytest.fixture
