@@ -109,19 +109,7 @@ bool ReadRoot(YamlReader& r, const Field& root, Config* c) {
                   "an upstream section with the backend's URL, e.g. upstream: {url: "
                   "\"http://127.0.0.1:9000\"}");
   }
-  if (!CheckListenConflicts(r, *c, lines)) return false;
-  // The etcd engine keeps tokens; idempotency records there are not built
-  // yet, and a route must not run without what it asks for.
-  if (c->storage.engine == "etcd") {
-    for (size_t i = 0; i < c->routes.size(); ++i) {
-      if (!c->routes[i].idempotency) continue;
-      return r.Fail(Field{YAML::Node(), "routes[" + std::to_string(i) + "].idempotency",
-                          c->routes[i].idempotency->line},
-                    "idempotency records are not built for storage.engine: etcd yet",
-                    "off, or storage.engine: rocksdb");
-    }
-  }
-  return true;
+  return CheckListenConflicts(r, *c, lines);
 }
 
 // Endpoints derived from the documented default listen strings.

@@ -108,6 +108,11 @@ void EtcdStore::Enqueue(Call call) {
     if (s->kind == Single::Kind::kGet) return s->get(closed, std::nullopt);
     return s->fence(closed, Fence{});
   }
+  if (auto* r = std::get_if<Record>(&call)) {
+    if (r->reserve) return r->reserve(closed, Reservation{});
+    if (r->change) return r->change(closed, false);
+    return r->lookup(closed, std::nullopt);
+  }
   std::get<Several>(call).handler(closed, BatchFence{});
 }
 
@@ -177,6 +182,11 @@ void EtcdStore::Lane() {
       queue_.pop_front();
       lock.unlock();
       RunSeveral(call);
+    } else if (auto* record = std::get_if<Record>(&queue_.front())) {
+      Record call = std::move(*record);
+      queue_.pop_front();
+      lock.unlock();
+      RunRecord(call);
     } else {
       // The longest run of single-key calls at the front whose keys differ.
       std::vector<Single> batch;

@@ -18,11 +18,22 @@
 // made (token_store.h, "Order"), and runs the handlers. It is the only
 // user of the transport. A batch holds each key once: a key queued twice
 // ends the batch, so that the second call sees the first.
+//
+// Idempotency records (idempotency_store.h) live under `<prefix>i/<key>`,
+// each decided as the other engines decide it (DecideReserve and the
+// rest, on the bytes read) and written only if the record's modification
+// revision is still the one read: a compare-and-set, read again when
+// another replica changed it meanwhile. Each record is put with a lease
+// that ends at most a minute after the record expires (one lease per
+// minute of expiry, shared by its records), so etcd drops expired
+// records by itself; until it has, they are treated as absent, as the
+// caller's clock says.
 
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +44,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "storage/idempotency_store.h"
 #include "storage/token_store.h"
 
 namespace fencegate::storage {
@@ -57,7 +69,7 @@ struct EtcdStoreOptions {
   size_t max_batch = 40;
 };
 
-class EtcdStore : public TokenStore {
+class EtcdStore : public TokenStore, public IdempotencyStore {
  public:
   static constexpr size_t kMaxKeyBytes = 1024;
 
@@ -71,6 +83,13 @@ class EtcdStore : public TokenStore {
   void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
   void Get(std::string key, GetHandler handler) override;
+  IdempotencyStore* Idempotency() override { return this; }
+  void ReserveKey(std::string key, IdempotencyRecord reservation,
+                  ReserveHandler handler) override;
+  void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
+                 ChangeHandler handler) override;
+  void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
   // The result of the last call to etcd (or of the lane's probe while
   // idle, every probe_interval): Unavailable while etcd does not answer.
   Status Health() const override;
@@ -94,12 +113,27 @@ class EtcdStore : public TokenStore {
     std::vector<KeyToken> items;
     BatchFenceHandler handler;
   };
-  using Call = std::variant<Single, Several>;
+  struct Record {  // an idempotency record's call
+    enum class Kind { kReserve, kFinish, kRelease, kLookup } kind = Kind::kLookup;
+    std::string key;
+    IdempotencyRecord record;  // kReserve, kFinish
+    int64_t now_ms = 0;        // kFinish, kLookup (kReserve: record.created_ms)
+    uint64_t owner = 0;        // kRelease
+    ReserveHandler reserve;
+    ChangeHandler change;
+    LookupHandler lookup;
+  };
+  using Call = std::variant<Single, Several, Record>;
 
   void Enqueue(Call call);
   void Lane();
   void RunBatch(std::vector<Single>& batch);
   void RunSeveral(Several& call);
+  static Record NewRecord(Record::Kind kind, std::string key);
+  void RunRecord(Record& call);  // etcd_records.cc
+  // A lease that ends at least a minute after expires_ms (and at most two);
+  // 0 with *status on failure.
+  int64_t LeaseFor(int64_t expires_ms, int64_t now_ms, Status* status);
   void Probe();
   void SetHealth(const Status& status);
   std::string KeyOf(std::string_view key) const;
@@ -113,6 +147,7 @@ class EtcdStore : public TokenStore {
   bool stopping_ = false;    // guarded by mu_
   Status health_;            // guarded by mu_
   std::thread lane_;
+  std::map<int64_t, int64_t> leases_;  // lane only: minute of expiry -> lease id
   std::mutex close_mu_;
   bool closed_ = false;      // guarded by close_mu_
 };

@@ -280,14 +280,13 @@ TEST(LoadTest, ListenersAcceptIpv6LocalhostAndPortZero) {
   EXPECT_EQ(c.locks.endpoint, (Endpoint{"0.0.0.0", 0}));
 }
 
-TEST(LoadTest, TheEtcdEngineLoadsButNotWithIdempotencyRecords) {
-  Config c = MustLoad(std::string(testing::kUpstream) + "storage:\n  engine: etcd\n");
+TEST(LoadTest, TheEtcdEngineLoadsWithIdempotency) {
+  Config c = MustLoad(std::string(testing::kUpstream) +
+                      "routes:\n  - path_prefix: /pay/\n    idempotency: 24h\n"
+                      "storage:\n  engine: etcd\n");
   EXPECT_EQ(c.storage.engine, "etcd");
-  EXPECT_TRUE(FailsAt(std::string(testing::kUpstream) +
-                          "routes:\n  - path_prefix: /pay/\n    idempotency: 24h\n"
-                          "storage:\n  engine: etcd\n",
-                      4, "routes[0].idempotency",
-                      "idempotency records are not built for storage.engine: etcd yet"));
+  ASSERT_EQ(c.routes.size(), 1u);
+  EXPECT_TRUE(c.routes[0].idempotency.has_value());
 }
 
 TEST(LoadTest, EtcdSectionAndBooleanSpellings) {

@@ -269,6 +269,140 @@ TEST_F(EtcdStoreTest, AValueThatIsNotATokenIsCorruption) {
   EXPECT_EQ(GetSync(*store, "damaged").first.code(), Status::Code::kCorruption);
 }
 
+// Idempotency records: the contract every engine keeps (reserve exactly
+// once, finish and release by the owner, expiry by the caller's clock),
+// across two stores as across two replicas.
+IdempotencyRecord Reserved(uint64_t owner, int64_t now) {
+  IdempotencyRecord r;
+  r.owner = owner;
+  r.created_ms = now;
+  r.expires_ms = now + 60'000;
+  r.head_digest = std::string(kDigestBytes, 'h');
+  return r;
+}
+
+IdempotencyRecord Finished(uint64_t owner, int64_t now) {
+  IdempotencyRecord r = Reserved(owner, now);
+  r.state = IdempotencyRecord::State::kFinished;
+  r.expires_ms = now + 3'600'000;
+  r.body_digest = std::string(kDigestBytes, 'b');
+  r.response.status = 201;
+  r.response.headers = {{"Content-Type", "text/plain"}};
+  r.response.body = "paid";
+  r.response.body_bytes = 4;
+  return r;
+}
+
+std::pair<Status, Reservation> ReserveSync(IdempotencyStore& s, const std::string& key,
+                                           IdempotencyRecord r) {
+  std::promise<std::pair<Status, Reservation>> p;
+  s.ReserveKey(key, std::move(r), [&](const Status& st, Reservation a) {
+    p.set_value({st, std::move(a)});
+  });
+  return p.get_future().get();
+}
+
+std::pair<Status, bool> ChangeSync(IdempotencyStore& s, bool finish, const std::string& key,
+                                   uint64_t owner, int64_t now) {
+  std::promise<std::pair<Status, bool>> p;
+  auto done = [&](const Status& st, bool applied) { p.set_value({st, applied}); };
+  if (finish) {
+    s.FinishKey(key, Finished(owner, now), now, done);
+  } else {
+    s.ReleaseKey(key, owner, done);
+  }
+  return p.get_future().get();
+}
+
+std::optional<IdempotencyRecord> LookupSync(IdempotencyStore& s, const std::string& key,
+                                            int64_t now) {
+  std::promise<std::optional<IdempotencyRecord>> p;
+  s.LookupKey(key, now, [&](const Status& st, std::optional<IdempotencyRecord> r) {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    p.set_value(std::move(r));
+  });
+  return p.get_future().get();
+}
+
+constexpr int64_t kNow = 1'780'000'000'000;
+
+TEST_F(EtcdStoreTest, RecordsAreReservedOnceAcrossReplicas) {
+  auto a = Open();
+  auto b = Open();
+  IdempotencyStore& ra = *a->Idempotency();
+  IdempotencyStore& rb = *b->Idempotency();
+  // Both replicas reserve at once: exactly one wins.
+  std::promise<std::pair<Status, Reservation>> pa;
+  std::promise<std::pair<Status, Reservation>> pb;
+  ra.ReserveKey("k", Reserved(1, kNow), [&](const Status& s, Reservation r) {
+    pa.set_value({s, std::move(r)});
+  });
+  rb.ReserveKey("k", Reserved(2, kNow), [&](const Status& s, Reservation r) {
+    pb.set_value({s, std::move(r)});
+  });
+  auto [sa, resa] = pa.get_future().get();
+  auto [sb, resb] = pb.get_future().get();
+  ASSERT_TRUE(sa.ok() && sb.ok()) << sa.ToString() << sb.ToString();
+  ASSERT_NE(resa.reserved, resb.reserved) << "exactly one of two reserves wins";
+  const uint64_t winner = resa.reserved ? 1 : 2;
+  const Reservation& lost = resa.reserved ? resb : resa;
+  ASSERT_TRUE(lost.existing.has_value());
+  EXPECT_EQ(lost.existing->owner, winner);
+  // Only the owner finishes; then both replicas see the response.
+  EXPECT_FALSE(ChangeSync(rb, true, "k", winner == 1 ? 2 : 1, kNow + 5).second);
+  EXPECT_TRUE(ChangeSync(ra, true, "k", winner, kNow + 5).second);
+  EXPECT_EQ(LookupSync(rb, "k", kNow + 10), Finished(winner, kNow + 5));
+  EXPECT_EQ(LookupSync(ra, "k", kNow + 3'600'000 + 5), std::nullopt) << "expired by the clock";
+  auto [s, again] = ReserveSync(rb, "k", Reserved(3, kNow + 10));
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(again.reserved);
+
+  // Many keys, each reserved through both at once: never two winners.
+  constexpr int kKeys = 100;
+  std::atomic<int> winners[kKeys] = {};
+  std::atomic<int> pending{2 * kKeys};
+  std::atomic<int> errors{0};
+  std::promise<void> done;
+  for (int i = 0; i < kKeys; ++i) {
+    for (IdempotencyStore* r : {&ra, &rb}) {
+      r->ReserveKey("many/" + std::to_string(i), Reserved(r == &ra ? 1 : 2, kNow),
+                    [&, i](const Status& st, Reservation res) {
+                      if (!st.ok()) errors.fetch_add(1);
+                      if (res.reserved) winners[i].fetch_add(1);
+                      if (pending.fetch_sub(1) == 1) done.set_value();
+                    });
+    }
+  }
+  done.get_future().wait();
+  EXPECT_EQ(errors.load(), 0);
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(winners[i].load(), 1) << "key many/" << i;
+}
+
+TEST_F(EtcdStoreTest, ReleaseIsTheOwnersAndAnAbandonedReservationRunsOut) {
+  auto store = Open();
+  IdempotencyStore& r = *store->Idempotency();
+  ASSERT_TRUE(ReserveSync(r, "k", Reserved(1, kNow)).second.reserved);
+  EXPECT_FALSE(ChangeSync(r, false, "k", 2, kNow).second) << "not the owner";
+  EXPECT_TRUE(ChangeSync(r, false, "k", 1, kNow).second);
+  EXPECT_EQ(LookupSync(r, "k", kNow), std::nullopt);
+  ASSERT_TRUE(ReserveSync(r, "k", Reserved(3, kNow)).second.reserved);
+  EXPECT_FALSE(ReserveSync(r, "k", Reserved(4, kNow + 59'999)).second.reserved);
+  auto [s, taken] = ReserveSync(r, "k", Reserved(4, kNow + 60'000));
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(taken.reserved);
+  EXPECT_TRUE(taken.replaced_expired);
+}
+
+TEST_F(EtcdStoreTest, ADamagedRecordIsCorruption) {
+  auto store = Open();
+  const std::string key = prefix_ + "i/damaged";
+  nlohmann::json put = {{"key", EtcdClient::Base64(key)}, {"value", EtcdClient::Base64("xx")}};
+  cluster_->Post(0, "/v3/kv/put", put.dump());
+  auto [s, r] = ReserveSync(*store->Idempotency(), "damaged", Reserved(1, kNow));
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_FALSE(r.reserved);
+}
+
 // Nothing answers: every call fails closed within the client's deadline,
 // and Health says so.
 TEST(EtcdStoreDown, FailsClosedWhenEtcdIsGone) {
