@@ -15,7 +15,7 @@ import time
 import pytest
 
 from fg_helpers import IO_TIMEOUT, START_TIMEOUT, assert_json_error, request, tokens_seen
-from fencegate_proc import Processes, ProcessError, free_port
+from fencegate_proc import Processes, ProcessError, TempDir, free_port
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK)
                                       else None)
@@ -34,9 +34,11 @@ class HAProxy:
     by its PID. HAProxy cannot listen on port 0: a free port is picked, and
     another one if a process takes it first."""
 
-    def __init__(self, procs, work_dir, replicas, attempts=5):
+    def __init__(self, procs, work_dir, socket_dir, replicas, attempts=5):
         self.procs = procs
-        self.socket_path = os.path.join(work_dir, "haproxy.sock")
+        # A unix socket's path is at most 97 bytes to HAProxy: in a short
+        # directory of its own, not in the test's (often long) one.
+        self.socket_path = os.path.join(socket_dir, "haproxy.sock")
         extra = os.path.join(work_dir, "haproxy-stats.cfg")
         with open(extra, "w") as f:
             f.write(f"global\n    stats socket {self.socket_path} mode 600 level admin\n")
@@ -118,8 +120,9 @@ def recipe(request, make_gate, backend, etcd, tmp_path):
                         "timeout": "500ms"}}
     replicas = [make_gate(name=f"replica{i}", storage=storage) for i in (1, 2)]
     procs = Processes()
+    socket_dir = TempDir(prefix="fg-haproxy-")
     try:
-        front = HAProxy(procs, str(tmp_path), replicas)
+        front = HAProxy(procs, str(tmp_path), socket_dir.path, replicas)
         front.wait_states({"fencegate1": "UP", "fencegate2": "UP"})
         yield front, replicas
         rep = getattr(request.node, "rep_call", None)
@@ -127,6 +130,7 @@ def recipe(request, make_gate, backend, etcd, tmp_path):
             print(f"--- haproxy log ---\n{front.log()}")
     finally:
         procs.stop_all()
+        socket_dir.remove()
 
 
 def paths_logged(gate):
