@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The chaos run's backend: applies writes per key and keeps the ground truth.
 
-    backend.py --log applied.jsonl [--port 0]
+    backend.py --log applied.jsonl [--port 0] [--listeners N]
 
 A PUT /objects/<key> is one write. The backend takes a ticket for the key as
 soon as it has read the whole request, applies the writes of one key in
@@ -13,7 +13,10 @@ every applied write to the log, fsynced before the response:
 `token` is the Fencing-Token header the write arrived with, `client` and
 `write` come from the X-Chaos-Client and X-Chaos-Write headers, and `t` is
 CLOCK_MONOTONIC, which every process on the machine shares, so the checker
-can compare it with the clients' histories.
+can compare it with the clients' histories. With --listeners N (replicas in
+front, one listener each) the backend listens on N ports, prints them on
+its first stdout line separated by spaces, and adds `"door": i` to each
+record, the index of the listener the write came through.
 
 The nemesis makes the backend slow or stalled through its control endpoint:
 
@@ -139,6 +142,8 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(delay)  # the nemesis' slow or stalled backend
             record = {"key": key, "token": token, "client": self.headers.get("X-Chaos-Client"),
                       "write": self.headers.get("X-Chaos-Write"), "t": time.monotonic()}
+            if self.server.door is not None:
+                record["door"] = self.server.door
             st.apply(key, record, body)
         finally:
             st.done(key)
@@ -202,6 +207,7 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    door = None  # the listener's index when there are several
 
     def handle_error(self, request, client_address):
         pass  # a peer that went away (fencegate gave up or was killed)
@@ -211,19 +217,28 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", required=True, help="the applied-writes log (JSON lines)")
+    parser.add_argument("--listeners", type=int, default=1,
+                        help="listen on this many ports (--port must be 0 for more than one)")
     args = parser.parse_args()
     # Python runs signal handlers only in the main thread: block the stop
     # signals before any thread starts and take them with sigwait.
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    if args.listeners < 1 or (args.listeners > 1 and args.port != 0):
+        parser.error("--listeners must be at least 1, and --port 0 for more than one")
     Handler.state = State(args.log)
-    server = Server(("127.0.0.1", args.port), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    print(server.server_address[1], flush=True)
+    servers = []
+    for i in range(args.listeners):
+        server = Server(("127.0.0.1", args.port), Handler)
+        server.door = i if args.listeners > 1 else None
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+        servers.append(server)
+    print(" ".join(str(s.server_address[1]) for s in servers), flush=True)
     signal.sigwait(stop_signals)
-    server.shutdown()
-    server.server_close()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
     return 0
 
 

@@ -86,6 +86,42 @@ def test_unknown_write_applied_late_is_caught_by_after_ack():
     assert count(result)["after-ack"] == 1 and "c3-1" in result["violations"]["after-ack"][0]
 
 
+def replica_window():
+    """Two replicas: c1's write with token 5 goes to replica 0, which is
+    paused from 1.5 to 4.0 while it holds it; c2 writes 6 through replica 1
+    (acknowledged at 3.2); replica 0 resumes and delivers 5 at 4.1."""
+    history = [
+        inv("c1", "c1-1", "k", 5, 1.0), done("info", "c1", "c1-1", "k", 5, 3.0, None, "timed out"),
+        inv("c2", "c2-1", "k", 6, 3.0), done("ok", "c2", "c2-1", "k", 6, 3.2),
+    ]
+    log = [dict(applied("c2", "c2-1", "k", 6, 3.1), door=1),
+           dict(applied("c1", "c1-1", "k", 5, 4.1), door=0)]
+    windows = [{"fault": "replica-pause", "replica": 0, "t_pause": 1.5, "t_resume": 4.0}]
+    return log, history, windows
+
+
+def test_a_stale_write_delivered_by_a_paused_replica_is_counted_as_the_window():
+    log, history, windows = replica_window()
+    result = checker.check(log, history, [], windows=windows)
+    assert count(result) == {p: 0 for p in checker.PROPERTIES}, result
+    assert result["stats"]["window"] == 1 and result["stats"]["replica_pauses"] == 1
+    assert result["stats"]["window_held_max_s"] == 3.1
+
+
+def test_a_stale_write_the_pauses_do_not_explain_is_a_violation():
+    log, history, windows = replica_window()
+    # Without the pause, through the other replica, or sent after the pause
+    # began (so checked after the replica resumed): each is a violation.
+    other_door = [log[0], dict(log[1], door=1)]
+    sent_late = [dict(e, t=2.0) if e["write"] == "c1-1" and e["type"] == "invoke" else e
+                 for e in history]
+    for log_, history_, windows_ in ((log, history, []), (other_door, history, windows),
+                                     (log, sent_late, windows)):
+        result = checker.check(log_, history_, [], windows=windows_)
+        assert count(result)["token-order"] == 1 and count(result)["after-ack"] == 1, result
+        assert result["stats"]["window"] == 0
+
+
 def test_refused_write_applied_breaks_exactly_once():
     log, history, restarts = clean()
     log.append(applied("c1", "c1-2", "k", 1, 3.05))
