@@ -39,7 +39,10 @@ std::optional<tcp::endpoint> ToTcp(const config::Endpoint& e, std::string* error
 Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore& store,
                std::function<void(const storage::FaultSpec&)> set_faults, tls::Contexts tls)
     : config_(std::move(config)), tls_(std::move(tls)), store_(store),
-      queue_(config_->limits.max_waiting_per_key), fence_(store, queue_),
+      queue_(config_->limits.max_waiting_per_key),
+      fence_(store, queue_,
+             config_->storage.engine == "etcd" ? config_->storage.etcd.forward_within
+                                               : FenceFilter::Clock::duration::zero()),
       iocs_([&] {
         std::vector<std::unique_ptr<asio::io_context>> v;
         for (unsigned i = 0; i < ThreadCount(config_->threads); ++i) {

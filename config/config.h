@@ -141,8 +141,7 @@ enum class Durability { kSync, kAsync };
 std::string_view ToString(Durability durability);  // "sync" | "async"
 
 struct EtcdConfig {
-  // http:// or https:// URLs, all with the same scheme. The etcd engine is
-  // planned: today these are only validated.
+  // http:// or https:// URLs, all with the same scheme.
   std::vector<std::string> endpoints{"http://127.0.0.1:2379"};
   std::string prefix = "fencegate/";
   bool https = false;   // derived: the endpoints are https
@@ -154,6 +153,11 @@ struct EtcdConfig {
   // people than the secret should be). Both or neither.
   std::string username;
   FileRef password_file;
+  // A write that etcd accepted is forwarded within this time of its
+  // check-and-advance, or refused (503 fence_expired): a replica paused or
+  // held up longer may have lost its keys to another replica meanwhile.
+  // Zero ("off"): no limit.
+  Duration forward_within{1000};
 
   bool operator==(const EtcdConfig&) const = default;
 };

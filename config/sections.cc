@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "config/internal.h"
@@ -89,6 +91,19 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
            return r.NonEmptyString(u, "an etcd user name", &etcd.username);
          }},
         {"password_file", FileInto(r, &etcd.password_file)},
+        {"forward_within", [&](const Field& w) {
+           static constexpr std::string_view kExpected =
+               "off, or a positive duration below the front end's failover time, such as 1s";
+           std::string text;
+           if (!r.NonEmptyString(w, kExpected, &text)) return false;
+           std::optional<Duration> within =
+               text == "off" ? std::optional<Duration>(Duration::zero()) : ParseDuration(text);
+           if (!within || (text != "off" && within->count() <= 0)) {
+             return r.Fail(w, "'" + text + "' is neither off nor a positive duration", kExpected);
+           }
+           etcd.forward_within = *within;
+           return true;
+         }},
     });
     if (ok && etcd.username.empty() != etcd.password_file.empty()) {
       const bool user = !etcd.username.empty();

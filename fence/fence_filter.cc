@@ -4,8 +4,10 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace fencegate::proxy {
 
@@ -33,6 +35,10 @@ struct PendingFence {
   // is delivered (shutdown waits for it).
   const boost::asio::any_io_executor executor;
   FenceFilter::Handler handler;  // moved out by Deliver
+
+  // When the check-and-advance began (set before the store call, then read
+  // only); only with FenceFilter::forward_within.
+  FenceFilter::Clock::time_point advanced_at;
 
   std::mutex mu;
   KeyLease lease;            // guarded by mu; held once the turn came
@@ -68,6 +74,15 @@ struct PendingFence {
 
   const std::string& KeyAt(size_t i) const { return i == 0 ? key : several->extra_keys[i - 1]; }
 
+  // How long the write waited since its check-and-advance began, when that
+  // is more than forward_within; zero otherwise (and with no limit).
+  FenceFilter::Clock::duration Overdue() const {
+    const FenceFilter::Clock::duration limit = filter.forward_within();
+    if (limit == FenceFilter::Clock::duration::zero()) return limit;
+    const FenceFilter::Clock::duration waited = FenceFilter::Clock::now() - advanced_at;
+    return waited > limit ? waited : FenceFilter::Clock::duration::zero();
+  }
+
   // On the executor, once delivered was set: builds the verdict and runs the
   // handler. After `delivered`, no other thread touches the fields it reads.
   void Deliver() {
@@ -92,6 +107,9 @@ struct PendingFence {
       v.current = std::max(held.floor(), stored);
       v.outcome = "stale";
       v.reply = MakeStale(KeyAt(i), token, v.current);
+    } else if (const auto overdue = Overdue(); overdue != FenceFilter::Clock::duration::zero()) {
+      v.outcome = "expired";
+      v.reply = MakeExpired(overdue);
     } else {
       v.outcome = "forwarded";
       v.forward = true;
@@ -107,6 +125,23 @@ struct PendingFence {
     if (!v.forward) v.lease.Release();  // nothing will be forwarded
     FenceFilter::Handler h = std::move(handler);
     h(std::move(v));
+  }
+
+  Reply MakeExpired(FenceFilter::Clock::duration waited) const {
+    using std::chrono::duration_cast;
+    using std::chrono::milliseconds;
+    const auto ms = [](FenceFilter::Clock::duration d) {
+      return std::to_string(duration_cast<milliseconds>(d).count()) + " ms";
+    };
+    Reply r = MakeError(
+        http::status::service_unavailable, "fence_expired",
+        "the write was accepted " + ms(waited) + " ago, more than storage.etcd.forward_within (" +
+            ms(filter.forward_within()) +
+            "), so it was not forwarded: meanwhile its key may have moved to another replica. "
+            "A retry with the same token is accepted again",
+        {{"key", key}});
+    r.set(http::field::retry_after, "0");
+    return r;
   }
 
   // 1 + the index of the first key whose floor (KeyLease::floor) is above
@@ -211,6 +246,8 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
         std::lock_guard lock(raw->mu);
         if (!raw->answered || raw->delivered || raw->RefusedLocked()) return;
       }
+      // Deliver refuses it at its turn.
+      if (raw->Overdue() != FenceFilter::Clock::duration::zero()) return;
       raw->handed = courier.Send(raw->whole_request);
     };
   }
@@ -219,6 +256,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // is never freed is better than one freed too early.
   auto advance = [this, &intent, &on_answer, &p] {
     p->until_answered = p;
+    if (forward_within_ != Clock::duration::zero()) p->advanced_at = Clock::now();
     store_.Advance(intent.key, intent.token, on_answer);
   };
   // on_queued captures one reference: std::function keeps that in place,
@@ -275,6 +313,7 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
   for (const std::string& extra : extra_keys) items.push_back({extra, intent.token});
   auto advance = [this, &items, &on_answer, &p] {
     p->until_answered = p;
+    if (forward_within_ != Clock::duration::zero()) p->advanced_at = Clock::now();
     store_.AdvanceAll(std::move(items), on_answer);
   };
   queue_.AcquireAll(intent.key, extra_keys, p->executor, std::move(on_turn),

@@ -8,6 +8,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -26,7 +27,8 @@ namespace fencegate::proxy {
 struct FenceVerdict {
   bool forward = false;          // true: go on to the upstream while holding `lease`
   std::optional<Reply> reply;    // when !forward: 409 or 503
-  std::string outcome;           // "forwarded" | "stale" | "store_unavailable" | "overloaded"
+  // "forwarded" | "stale" | "store_unavailable" | "overloaded" | "expired"
+  std::string outcome;
   uint64_t current = 0;          // stored maximum reported by the store
   std::string shadow_violation;  // shadow mode: what would have been refused
   // Held until the upstream exchange ends; for a write of several keys it
@@ -42,7 +44,16 @@ class FenceFilter {
  public:
   using Handler = std::function<void(FenceVerdict)>;
 
-  FenceFilter(storage::TokenStore& store, KeyQueue& queue) : store_(store), queue_(queue) {}
+  using Clock = std::chrono::steady_clock;
+
+  // `forward_within`: when not zero, an accepted write whose turn comes
+  // later than that after its check-and-advance began is refused at its
+  // turn, 503 fence_expired (outcome "expired"), not forwarded
+  // (storage.etcd.forward_within: replicas on one store, where a replica
+  // held up that long may have lost the key to another).
+  FenceFilter(storage::TokenStore& store, KeyQueue& queue,
+              Clock::duration forward_within = Clock::duration::zero())
+      : store_(store), queue_(queue), forward_within_(forward_within) {}
 
   // The key's turn and the check-and-advance of the write path. `handler`
   // runs on `executor`, once: before Check returns when the calling thread
@@ -78,6 +89,8 @@ class FenceFilter {
 
   size_t max_waiting_per_key() const;
 
+  Clock::duration forward_within() const { return forward_within_; }
+
   uint64_t shadow_violations() const { return shadow_violations_.load(); }
   void CountShadowViolation() { shadow_violations_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -88,6 +101,7 @@ class FenceFilter {
 
   storage::TokenStore& store_;
   KeyQueue& queue_;
+  const Clock::duration forward_within_;
   std::atomic<uint64_t> shadow_violations_{0};
 };
 

@@ -201,6 +201,12 @@ TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
                       "storage.etcd.password_file", "is set without username"));
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    timeout: 2\n"), 4,
                       "storage.etcd.timeout", "is not a duration"));
+  for (const char* bad : {"0s", "soon", "\"\"", "[1s]"}) {
+    EXPECT_TRUE(FailsAt(WithUpstream(std::string("storage:\n  etcd:\n    forward_within: ") +
+                                     bad + "\n"),
+                        4, "storage.etcd.forward_within", "off, or a positive duration"))
+        << bad;
+  }
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    username: \"\"\n"), 4,
                       "storage.etcd.username", "is empty"));
   Config c = testing::MustLoad(WithUpstream("storage:\n  etcd:\n    timeout: 500ms\n    username: fg\n"

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <future>
 #include <map>
 #include <memory>
@@ -369,6 +370,45 @@ TEST_F(FenceFilterTest, StoreFailureFailsClosed) {
   EXPECT_EQ(v.outcome, "store_unavailable");
   EXPECT_EQ(v.reply->result(), http::status::service_unavailable);
   EXPECT_EQ(nlohmann::json::parse(v.reply->body())["error"], "store_unavailable");
+}
+
+// storage.etcd.forward_within: an accepted write whose turn comes later than
+// the limit after its check-and-advance began is refused, not forwarded; its
+// token stays accepted, so a retry with it goes. A limit of one nanosecond
+// is always passed by then, an hour never.
+TEST_F(FenceFilterTest, AnAcceptedWriteLaterThanForwardWithinIsRefusedAtItsTurn) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce),
+             RouteAt("/shadow/", config::RouteMode::kShadow)});
+  FenceFilter expiring(store_, queue_, std::chrono::nanoseconds(1));
+  auto check = [&](FenceFilter& filter, const WriteIntent& intent) {
+    boost::asio::io_context ioc;
+    FenceVerdict out;
+    filter.Check(intent, ioc.get_executor(), [&](FenceVerdict v) { out = std::move(v); });
+    ioc.run();
+    return out;
+  };
+  FenceVerdict v = check(expiring, Classify("PUT", "/objects/x", "7"));
+  EXPECT_FALSE(v.forward);
+  EXPECT_FALSE(v.lease.held());
+  EXPECT_EQ(v.outcome, "expired");
+  ASSERT_TRUE(v.reply);
+  EXPECT_EQ(v.reply->result(), http::status::service_unavailable);
+  EXPECT_EQ(v.reply->at(http::field::retry_after), "0");
+  const auto body = nlohmann::json::parse(v.reply->body());
+  EXPECT_EQ(body["error"], "fence_expired");
+  EXPECT_EQ(body["key"], "/objects/x");
+  EXPECT_NE(body["message"].get<std::string>().find("storage.etcd.forward_within"),
+            std::string::npos);
+  // The token was accepted: a lower one is stale, the same one goes again.
+  EXPECT_EQ(Write("/objects/x", 6).outcome, "stale");
+  FenceFilter patient(store_, queue_, std::chrono::hours(1));
+  EXPECT_TRUE(check(patient, Classify("PUT", "/objects/x", "7")).forward);
+  // A stale write is still refused as stale, not expired.
+  EXPECT_EQ(check(expiring, Classify("PUT", "/objects/x", "5")).outcome, "stale");
+  // Shadow mode forwards it and names what enforce would have done.
+  FenceVerdict shadow = check(expiring, Classify("PUT", "/shadow/y", "3"));
+  EXPECT_TRUE(shadow.forward);
+  EXPECT_EQ(shadow.shadow_violation, "expired");
 }
 
 TEST_F(FenceFilterTest, ShadowModeForwardsWhatEnforceWouldRefuse) {

@@ -2,11 +2,15 @@
 fencegate processes in front of one backend, on one real etcd member. A
 token accepted through one is a fence for the other; while etcd is gone,
 fenced writes fail closed (503) and readiness says so; when it returns,
-service resumes by itself and no accepted token was lost."""
+service resumes by itself and no accepted token was lost. A replica held
+up between its check and its forward past storage.etcd.forward_within does
+not forward: by then its key may have moved to the other replica."""
 
 import base64
 import json
+import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -94,3 +98,118 @@ def test_idempotency_records_are_shared_by_the_replicas(make_gate, backend, etcd
     with urllib.request.urlopen(req, timeout=IO_TIMEOUT) as r:
         kvs = json.loads(r.read()).get("kvs", [])
     assert len(kvs) == 1 and int(kvs[0].get("lease", "0")) != 0, kvs
+
+
+class HeldAnswers:
+    """A TCP proxy in front of etcd that passes requests on at once and,
+    while hold() is in force, keeps etcd's answers until release(): a
+    replica whose check-and-advance etcd has decided, and which has not
+    heard the answer yet (paused, or a slow network)."""
+
+    def __init__(self, target):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.passing = threading.Event()
+        self.passing.set()
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            self.socks += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, self.passing),
+                             daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst, gate):
+        try:
+            while data := src.recv(65536):
+                if gate is not None:
+                    gate.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def hold(self):
+        self.passing.clear()
+
+    def release(self):
+        self.passing.set()
+
+    def close(self):
+        self.release()
+        self.listener.close()
+        for s in self.socks:
+            s.close()
+
+
+def stored_token(etcd, key):
+    """The token etcd holds for `key` under the tests' prefix, or None."""
+    name = base64.b64encode(b"fencegate-test/t/" + key.encode()).decode()
+    req = urllib.request.Request(f"{etcd.url}/v3/kv/range", method="POST",
+                                 data=json.dumps({"key": name}).encode())
+    with urllib.request.urlopen(req, timeout=IO_TIMEOUT) as r:
+        kvs = json.loads(r.read()).get("kvs", [])
+    return int(base64.b64decode(kvs[0]["value"])) if kvs else None
+
+
+def held_up_write(make_gate, backend, etcd, forward_within):
+    """Replica A's write with 5 is decided by etcd, and A hears the answer
+    only after replica B forwarded 6 (its key moved, as after a failover);
+    returns A's answer to the write with 5."""
+    held = HeldAnswers(("127.0.0.1", etcd.client_port))
+    try:
+        a = make_gate(name="a", storage={
+            "engine": "etcd",
+            "etcd": {"endpoints": [f"http://127.0.0.1:{held.port}"], "prefix": "fencegate-test/",
+                     "timeout": "10s", "forward_within": forward_within}})
+        b = replica(make_gate, etcd, "b")
+        assert a.put("/objects/h", token=4).status == 201
+        answer = {}
+        held.hold()
+        started = time.monotonic()
+        writer = threading.Thread(target=lambda: answer.update(r=a.put("/objects/h", token=5)))
+        writer.start()
+        deadline = started + IO_TIMEOUT
+        while stored_token(etcd, "/objects/h") != 5:  # etcd decided A's write
+            assert time.monotonic() < deadline, "etcd never stored A's token"
+            time.sleep(0.01)  # polling interval of a condition with a deadline
+        assert b.put("/objects/h", token=6).status == 200
+        # A stays held up for longer than a 200 ms forward_within: the case
+        # under test is a duration.
+        time.sleep(max(0.0, started + 0.3 - time.monotonic()))
+        held.release()
+        writer.join(IO_TIMEOUT)
+        assert not writer.is_alive()
+        return answer["r"]
+    finally:
+        held.close()
+
+
+def test_a_write_held_up_past_forward_within_is_not_forwarded(make_gate, backend, etcd):
+    r = held_up_write(make_gate, backend, etcd, "200ms")
+    body = assert_json_error(r, 503, "fence_expired", key="/objects/h")
+    assert "storage.etcd.forward_within (200 ms)" in body["message"], body
+    assert r.header("Retry-After") == "0"
+    assert tokens_seen(backend.log(), path="/objects/h") == ["4", "6"]
+
+
+def test_without_forward_within_a_held_up_replica_delivers_late(make_gate, backend, etcd):
+    """The window the README states, when forward_within is off: the write
+    with 5, accepted before 6, reaches the backend after it."""
+    r = held_up_write(make_gate, backend, etcd, "off")
+    assert r.status == 200, r
+    assert tokens_seen(backend.log(), path="/objects/h") == ["4", "6", "5"]
