@@ -64,6 +64,7 @@ bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_t
   options->etcd.tls = etcd_tls;
   options->etcd.tls_server_name = etcd.tls.server_name;
   options->etcd.username = etcd.username;
+  options->etcd.max_batch = etcd.max_batch;
   if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
     std::ifstream in(etcd.password_file.path);
     std::string password;

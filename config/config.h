@@ -141,8 +141,7 @@ enum class Durability { kSync, kAsync };
 std::string_view ToString(Durability durability);  // "sync" | "async"
 
 struct EtcdConfig {
-  // http:// or https:// URLs, all with the same scheme. The etcd engine is
-  // planned: today these are only validated.
+  // http:// or https:// URLs, all with the same scheme.
   std::vector<std::string> endpoints{"http://127.0.0.1:2379"};
   std::string prefix = "fencegate/";
   bool https = false;   // derived: the endpoints are https
@@ -154,6 +153,10 @@ struct EtcdConfig {
   // people than the secret should be). Both or neither.
   std::string username;
   FileRef password_file;
+  // Keys per transaction of the group commit, 1 to kMaxBatch; 1 = one
+  // transaction per write.
+  static constexpr unsigned kMaxBatch = 40;  // 3 operations a key; etcd allows 128 in one
+  unsigned max_batch = kMaxBatch;
 
   bool operator==(const EtcdConfig&) const = default;
 };

@@ -89,6 +89,12 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
            return r.NonEmptyString(u, "an etcd user name", &etcd.username);
          }},
         {"password_file", FileInto(r, &etcd.password_file)},
+        {"max_batch", [&](const Field& m) {
+           uint64_t n = 0;
+           if (!r.Unsigned(m, 1, EtcdConfig::kMaxBatch, &n)) return false;
+           etcd.max_batch = static_cast<unsigned>(n);
+           return true;
+         }},
     });
     if (ok && etcd.username.empty() != etcd.password_file.empty()) {
       const bool user = !etcd.username.empty();

@@ -18,6 +18,7 @@ std::unique_ptr<TokenStore> OpenEtcdStore(const EtcdStoreSettings& settings, Sta
   if (!status->ok()) return nullptr;
   EtcdStoreOptions store;
   store.prefix = settings.prefix;
+  store.max_batch = settings.max_batch;
   return std::make_unique<EtcdStore>(std::move(transport), store);
 }
 

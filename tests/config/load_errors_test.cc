@@ -203,6 +203,20 @@ TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
                       "storage.etcd.timeout", "is not a duration"));
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    username: \"\"\n"), 4,
                       "storage.etcd.username", "is empty"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    max_batch: 0\n"), 4,
+                      "storage.etcd.max_batch",
+                      "'0' is out of range (expected a whole number from 1 to 40)"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  engine: etcd\n  etcd:\n    prefix: p/\n"
+                                   "    max_batch: 41\n"),
+                      6, "storage.etcd.max_batch", "'41' is out of range"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    max_batch: many\n"), 4,
+                      "storage.etcd.max_batch", "'many' is not a whole number"));
+  EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  etcd:\n    max_batch: 1\n"))
+                .storage.etcd.max_batch,
+            1u);
+  EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  etcd:\n    max_batch: 40\n"))
+                .storage.etcd.max_batch,
+            40u);
   Config c = testing::MustLoad(WithUpstream("storage:\n  etcd:\n    timeout: 500ms\n    username: fg\n"
                                    "    password_file: /run/secret\n"));
   EXPECT_EQ(c.storage.etcd.timeout, std::chrono::milliseconds(500));

@@ -120,6 +120,32 @@ def etcd_put(etcd, key, value):
         assert r.status == 200
 
 
+def etcd_revision(etcd):
+    body = json.dumps({"key": base64.b64encode(b"\0").decode(), "limit": "1"}).encode()
+    req = urllib.request.Request(f"{etcd.url}/v3/kv/range", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=IO_TIMEOUT) as r:
+        return int(json.loads(r.read())["header"]["revision"])
+
+
+def test_etcd_max_batch_is_the_keys_per_transaction(make_gate, fencegate_bin, etcd):
+    """Import queues many raises at once: each transaction that writes is
+    one etcd revision, so the revisions count the transactions."""
+    records = "".join(json.dumps({"key": f"/objects/{i}", "token": 1}) + "\n"
+                      for i in range(200))
+    counted = {}
+    for max_batch in (1, 40):
+        storage = etcd_storage(etcd, f"fg-batch-{max_batch}/")
+        storage["etcd"]["max_batch"] = max_batch
+        gate = make_gate(name=f"batch-{max_batch}", start=False, storage=storage)
+        before = etcd_revision(etcd)
+        p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", "-",
+                 stdin=records)
+        assert p.returncode == 0, p.stderr
+        counted[max_batch] = etcd_revision(etcd) - before
+    assert counted[1] == 200, counted
+    assert counted[40] < 200 // 4, counted
+
+
 def test_export_from_etcd_imports_into_rocksdb_and_another_prefix(make_gate, fencegate_bin,
                                                                    etcd, tmp_path):
     src = make_gate(name="etcd-src", storage=etcd_storage(etcd, "fg-src/"))
