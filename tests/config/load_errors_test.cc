@@ -203,6 +203,15 @@ TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
                       "storage.etcd.timeout", "is not a duration"));
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    username: \"\"\n"), 4,
                       "storage.etcd.username", "is empty"));
+  Config c = testing::MustLoad(WithUpstream("storage:\n  etcd:\n    timeout: 500ms\n    username: fg\n"
+                                   "    password_file: /run/secret\n"));
+  EXPECT_EQ(c.storage.etcd.timeout, std::chrono::milliseconds(500));
+  EXPECT_EQ(c.storage.etcd.username, "fg");
+  EXPECT_EQ(c.storage.etcd.password_file.path, "/run/secret");
+  EXPECT_EQ(c.storage.etcd.password_file.line, 6);
+}
+
+TEST(LoadErrorsTest, EtcdMaxBatchIsOneToForty) {
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    max_batch: 0\n"), 4,
                       "storage.etcd.max_batch",
                       "'0' is out of range (expected a whole number from 1 to 40)"));
@@ -217,12 +226,6 @@ TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
   EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  etcd:\n    max_batch: 40\n"))
                 .storage.etcd.max_batch,
             40u);
-  Config c = testing::MustLoad(WithUpstream("storage:\n  etcd:\n    timeout: 500ms\n    username: fg\n"
-                                   "    password_file: /run/secret\n"));
-  EXPECT_EQ(c.storage.etcd.timeout, std::chrono::milliseconds(500));
-  EXPECT_EQ(c.storage.etcd.username, "fg");
-  EXPECT_EQ(c.storage.etcd.password_file.path, "/run/secret");
-  EXPECT_EQ(c.storage.etcd.password_file.line, 6);
 }
 
 TEST(LoadErrorsTest, LogLevel) {
