@@ -64,6 +64,7 @@ bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_t
   options->etcd.tls = etcd_tls;
   options->etcd.tls_server_name = etcd.tls.server_name;
   options->etcd.username = etcd.username;
+  options->etcd.max_batch = etcd.max_batch;
   if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
     std::ifstream in(etcd.password_file.path);
     std::string password;
@@ -158,23 +159,37 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
 
 
 // `fencegate export` / `fencegate import`: back up or move fences
-// (storage/export_import.h). Both open the store directly, so they run
-// while fencegate is stopped.
+// (storage/export_import.h). With rocksdb both open the data dir directly,
+// so they run while fencegate is stopped; with etcd they run beside the
+// replicas.
 void PrintStoreError(const char* what, const storage::StoreOptions& options,
                      const storage::Status& status) {
   std::cerr << "fencegate " << what << ": " << StoreWhere(options) << ": " << status.ToString()
             << "\n";
-  if (status.code() == storage::Status::Code::kBusy) {
+  if (status.code() == storage::Status::Code::kBusy && options.engine == "rocksdb") {
     std::cerr << "fencegate " << what
               << ": export and import open the token store directly; stop the fencegate that "
                  "uses it first\n";
   }
 }
 
+// The store's options for export and import, with the TLS context of https
+// etcd endpoints in *etcd_tls. false + *error when either cannot be made.
+bool ToolStoreOptions(const config::Config& cfg,
+                      std::shared_ptr<boost::asio::ssl::context>* etcd_tls,
+                      storage::StoreOptions* options, std::string* error) {
+  if (cfg.storage.engine == "etcd" && cfg.storage.etcd.https) {
+    *etcd_tls = tls::ClientContext(cfg.storage.etcd.tls, "storage.etcd.tls", cfg.source, error);
+    if (!*etcd_tls) return false;
+  }
+  return StoreOptionsOf(cfg, etcd_tls->get(), options, error);
+}
+
 int RunExport(const config::Config& cfg, const std::string& output) {
   storage::StoreOptions options;
   std::string options_error;
-  if (!StoreOptionsOf(cfg, nullptr, &options, &options_error)) {
+  std::shared_ptr<boost::asio::ssl::context> etcd_tls;
+  if (!ToolStoreOptions(cfg, &etcd_tls, &options, &options_error)) {
     std::cerr << "fencegate export: " << options_error << "\n";
     return kExitRuntime;
   }
@@ -193,7 +208,7 @@ int RunExport(const config::Config& cfg, const std::string& output) {
     PrintStoreError("export", options, s);
     return kExitRuntime;
   }
-  std::cerr << "fencegate export: " << count << " keys from " << options.path << "\n";
+  std::cerr << "fencegate export: " << count << " keys from " << StoreWhere(options) << "\n";
   return kExitOk;
 }
 
@@ -217,12 +232,7 @@ int RunImport(const config::Config& cfg, const std::string& input) {
   storage::StoreOptions options;
   std::string options_error;
   std::shared_ptr<boost::asio::ssl::context> etcd_tls;
-  if (cfg.storage.engine == "etcd" && cfg.storage.etcd.https) {
-    etcd_tls = tls::ClientContext(cfg.storage.etcd.tls, "storage.etcd.tls", cfg.source,
-                                  &options_error);
-  }
-  if ((cfg.storage.engine == "etcd" && cfg.storage.etcd.https && !etcd_tls) ||
-      !StoreOptionsOf(cfg, etcd_tls.get(), &options, &options_error)) {
+  if (!ToolStoreOptions(cfg, &etcd_tls, &options, &options_error)) {
     std::cerr << "fencegate import: " << options_error << "\n";
     return kExitRuntime;
   }

@@ -158,6 +158,10 @@ struct EtcdConfig {
   // held up longer may have lost its keys to another replica meanwhile.
   // Zero ("off"): no limit.
   Duration forward_within{1000};
+  // Keys per transaction of the group commit, 1 to kMaxBatch; 1 = one
+  // transaction per write.
+  static constexpr unsigned kMaxBatch = 40;  // 3 operations a key; etcd allows 128 in one
+  unsigned max_batch = kMaxBatch;
 
   bool operator==(const EtcdConfig&) const = default;
 };

@@ -104,6 +104,12 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
            etcd.forward_within = *within;
            return true;
          }},
+        {"max_batch", [&](const Field& m) {
+           uint64_t n = 0;
+           if (!r.Unsigned(m, 1, EtcdConfig::kMaxBatch, &n)) return false;
+           etcd.max_batch = static_cast<unsigned>(n);
+           return true;
+         }},
     });
     if (ok && etcd.username.empty() != etcd.password_file.empty()) {
       const bool user = !etcd.username.empty();

@@ -64,8 +64,9 @@ class EtcdTransport {
 
 struct EtcdStoreOptions {
   std::string prefix = "fencegate/";
-  // Keys per transaction: each key is a nested transaction of up to three
-  // operations, and etcd allows 128 operations in one (--max-txn-ops).
+  // Keys per transaction, at least 1: each key is a nested transaction of
+  // up to three operations, and etcd allows 128 operations in one
+  // (--max-txn-ops). 1 = one transaction per call.
   size_t max_batch = 40;
 };
 

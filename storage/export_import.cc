@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "storage/etcd_export.h"
 #include "storage/rocksdb_store.h"
 
 namespace fencegate::storage {
@@ -18,6 +19,7 @@ namespace {
 
 constexpr size_t kMaxKeyBytes = 1024;     // as RocksDbStore::kMaxKeyBytes
 constexpr size_t kMaxInFlight = 1024;     // Raise calls outstanding at once
+constexpr size_t kEtcdPageKeys = 1000;    // keys per range read of an etcd export
 
 std::string ToHex(std::string_view bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -145,10 +147,13 @@ Status ReadRecords(std::istream& in, std::vector<TokenRecord>* records) {
   return Status::Ok();
 }
 
-Status ExportTokens(RocksDbStore& store, std::ostream& out,
-                    uint64_t* count) {
+namespace {
+
+// Writes the tokens that `scan` visits, one line each.
+template <typename Scan>
+Status WriteTokens(const Scan& scan, std::ostream& out, uint64_t* count) {
   *count = 0;
-  Status s = store.ForEach([&](const std::string& key, uint64_t token) {
+  Status s = scan([&](const std::string& key, uint64_t token) {
     out << FormatRecord(TokenRecord{key, token}) << '\n';
     if (!out) return false;
     ++*count;
@@ -160,12 +165,31 @@ Status ExportTokens(RocksDbStore& store, std::ostream& out,
   return Status::Ok();
 }
 
+Status ExportEtcd(const EtcdStoreSettings& settings, std::ostream& out, uint64_t* count) {
+  std::unique_ptr<EtcdTransport> transport;
+  if (Status s = OpenEtcdTransport(settings, &transport); !s.ok()) return s;
+  return WriteTokens(
+      [&](const EtcdTokenVisitor& visit) {
+        return ForEachEtcdToken(*transport, settings.prefix, kEtcdPageKeys, visit);
+      },
+      out, count);
+}
+
+}  // namespace
+
+Status ExportTokens(RocksDbStore& store, std::ostream& out,
+                    uint64_t* count) {
+  return WriteTokens([&](const RocksDbStore::Visitor& visit) { return store.ForEach(visit); },
+                     out, count);
+}
+
 Status ExportStore(const StoreOptions& options, std::ostream& out,
                    uint64_t* count) {
   *count = 0;
+  if (options.engine == "etcd") return ExportEtcd(options.etcd, out, count);
   if (options.engine != "rocksdb") {
-    return Status::InvalidArgument("export supports the rocksdb engine only, not \"" +
-                                   options.engine + "\"");
+    return Status::InvalidArgument("unknown storage engine \"" + options.engine +
+                                   "\" (expected rocksdb or etcd)");
   }
   std::error_code ec;
   if (!std::filesystem::exists(std::filesystem::path(options.path) / "CURRENT", ec)) {

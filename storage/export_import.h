@@ -52,10 +52,12 @@ Status ReadRecords(std::istream& in, std::vector<TokenRecord>* records);
 Status ExportTokens(RocksDbStore& store, std::ostream& out,
                     uint64_t* count);
 
-// Opens the engine that options name for reading, exports it as above and
-// closes it. Only the rocksdb engine can be exported. Refuses (NotFound) a
-// path that holds no token store instead of creating an empty one; Busy
-// while another process (a running fencegate) holds the data dir.
+// Exports the engine that options name, as above. rocksdb: opens the data
+// dir for reading and closes it; refuses (NotFound) a path that holds no
+// token store instead of creating an empty one; Busy while another process
+// (a running fencegate) holds the data dir. etcd: reads every token under
+// the prefix page by page at one revision (etcd_export.h), while replicas
+// keep running; a value that is not a token is Corruption naming its key.
 Status ExportStore(const StoreOptions& options, std::ostream& out,
                    uint64_t* count);
 

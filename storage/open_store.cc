@@ -3,7 +3,7 @@
 #include <memory>
 #include <utility>
 
-#include "storage/etcd_client.h"
+#include "storage/etcd_export.h"
 #include "storage/etcd_store.h"
 #include "storage/rocksdb_store.h"
 #include "storage/token_store.h"
@@ -12,33 +12,14 @@ namespace fencegate::storage {
 
 namespace {
 
-// EtcdStore's transport: the client, as it is.
-class ClientTransport : public EtcdTransport {
- public:
-  explicit ClientTransport(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
-  Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
-              bool retry_if_unknown) override {
-    return client_->Call(path, request, response, retry_if_unknown);
-  }
-
- private:
-  std::unique_ptr<EtcdClient> client_;
-};
-
 std::unique_ptr<TokenStore> OpenEtcdStore(const EtcdStoreSettings& settings, Status* status) {
-  EtcdClientOptions options;
-  options.endpoints = settings.endpoints;
-  options.request_timeout = settings.timeout;
-  options.username = settings.username;
-  options.password = settings.password;
-  options.tls = settings.tls;
-  options.tls_server_name = settings.tls_server_name;
-  std::unique_ptr<EtcdClient> client;
-  *status = EtcdClient::Open(options, &client);
+  std::unique_ptr<EtcdTransport> transport;
+  *status = OpenEtcdTransport(settings, &transport);
   if (!status->ok()) return nullptr;
   EtcdStoreOptions store;
   store.prefix = settings.prefix;
-  return std::make_unique<EtcdStore>(std::make_unique<ClientTransport>(std::move(client)), store);
+  store.max_batch = settings.max_batch;
+  return std::make_unique<EtcdStore>(std::move(transport), store);
 }
 
 }  // namespace

@@ -148,6 +148,7 @@ struct EtcdStoreSettings {
   // The TLS context of https endpoints; not owned, outlives the store.
   boost::asio::ssl::context* tls = nullptr;
   std::string tls_server_name;  // "" = each endpoint's host
+  size_t max_batch = 40;        // keys per transaction (EtcdStoreOptions::max_batch)
 };
 
 struct StoreOptions {

@@ -29,6 +29,13 @@ server under test, and of its neighbours: wrk's and the backend's. Finally
 measures fencegate's resident size idle and with many open connections
 (/proc/PID/status VmRSS).
 
+--etcd-cluster also drives fenced PUTs through one fencegate on a
+three-member etcd cluster on loopback (storage.engine: etcd), with
+storage.etcd.max_batch 40 (batched) against 1 (one transaction per write):
+two fencegate processes, each its own key prefix on the same cluster,
+interleaved round by round like the targets above (put_etcd in the JSON).
+With --scenarios "" --no-memory it measures that alone.
+
 --quick runs a few seconds in total and only proves the harness works: it
 exits 1 if a run produced no requests, socket errors or non-2xx answers, or
 no scheduler figures, or if fencegate did not store the tokens. It
@@ -241,11 +248,12 @@ class Fencegate(fencegate_proc.Fencegate):
 
     def __init__(self, procs, binary, work, name, threads, backend_port, durability,
                  access_log, max_conns=20000, wrapper=(), ready_secs=30, log_level="warn",
-                 idempotent=False):
+                 idempotent=False, storage=None):
         # wrapper: argv run in front of the binary (instructions.py: valgrind),
         # which may slow the start: ready_secs bounds the wait for "listening".
         # idempotent: a second route, /pay/, with idempotency keys (1 h
-        # window) and no fencing, after the fenced one.
+        # window) and no fencing, after the fenced one. storage: the config's
+        # storage section instead of RocksDB in the work dir.
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
         routes = [{"name": "objects", "path_prefix": "/objects/", "mode": "enforce"}]
@@ -258,8 +266,8 @@ class Fencegate(fencegate_proc.Fencegate):
             "upstream": {"url": f"http://127.0.0.1:{backend_port}", "timeout": "30s"},
             "fencing": {"token_header": "Fencing-Token"},
             "routes": routes,
-            "storage": {"engine": "rocksdb", "path": os.path.join(d, "data"),
-                        "durability": durability},
+            "storage": storage or {"engine": "rocksdb", "path": os.path.join(d, "data"),
+                                   "durability": durability},
             "admin": {"listen": "127.0.0.1:0"},
             "limits": {"max_connections": max_conns},
             "log": {"level": log_level, "access_log": bool(access_log)},
@@ -666,6 +674,11 @@ def target_verdicts(res):
         if c.isdigit() and "fg_get" in row.get("rounds", {}):
             add("replay r/s / GET through fencegate", c, per_round(row, "fencegate", "fg_get"),
                 1.0, True)
+    # etcd: batched at least 5x one transaction per write at 64 connections.
+    for c, row in res.get("put_etcd", {}).items():
+        if c == ETCD_GOAL[0] and "one_txn" in row.get("rounds", {}):
+            add("etcd r/s, batched / one txn per write", c,
+                per_round(row, "batched", "one_txn"), ETCD_GOAL[1], True)
     return rows
 
 
@@ -750,6 +763,123 @@ def measure_memory(args, procs, work, backend_port, nginx_proxy, nginx_port):
     finally:
         fg.stop()
     return result
+
+
+# put_etcd's targets: fencegate with storage.etcd.max_batch 40 and 1.
+ETCD_VARIANTS = (("batched", 40), ("one_txn", 1))
+# Its goal (docs/performance.md): batched at least 5x one transaction per
+# write at 64 connections.
+ETCD_GOAL = ("64", 5.0)
+
+
+def check_run(problems, what, r):
+    """A wrk run's problems: no answers, non-2xx, socket errors."""
+    if "failed" in r:
+        problems.append(f"{what}: {r['failed']}")
+        return
+    e = r["errors"]
+    if r["requests"] == 0:
+        problems.append(f"{what}: no requests")
+    if e["status"]:
+        problems.append(f"{what}: {e['status']} non-2xx/3xx")
+    if e["connect"] + e["read"] + e["write"] + e["timeout"]:
+        problems.append(f"{what}: socket errors {e}")
+
+
+def measure_etcd_cluster(args, procs, work, backend_port, concs, problems):
+    """put_etcd: fenced PUTs to distinct keys (put.lua keys, 16-byte bodies)
+    through one fencegate on a three-member etcd cluster
+    (fencegate_proc.EtcdCluster, data in the work dir), for each variant of
+    ETCD_VARIANTS, the variants interleaved round by round (round_order) at
+    every point of `concs`. Each run records fencegate's and the etcd
+    members' CPU per request. Returns the rows by connections, as the
+    scenarios' (a summary per target, the rounds, the paired ratio)."""
+    os.makedirs(os.path.join(work, "etcd"))
+    cluster = fencegate_proc.EtcdCluster(procs, os.path.join(work, "etcd")).start()
+    members = [m.proc.pid for m in cluster.members]
+    gates = {}
+    results = {}
+    try:
+        for name, max_batch in ETCD_VARIANTS:
+            storage = {"engine": "etcd",
+                       "etcd": {"endpoints": cluster.endpoints(), "prefix": f"bench-{name}/",
+                                "max_batch": max_batch}}
+            gates[name] = Fencegate(procs, args.fencegate, work, f"fg-etcd-{name}",
+                                    args.threads, backend_port, "sync", args.access_log,
+                                    log_level=args.log_level, storage=storage)
+        names = tuple(gates)
+        for c in concs:
+            rounds = {t: [] for t in names}
+            for rnd in range(args.rounds):
+                for t in round_order(names, rnd, args.order):
+                    pids = [gates[t].pid]
+                    ticks, _ = cpu_ticks_and_faults(pids)
+                    etcd_ticks, _ = cpu_ticks_and_faults(members)
+                    r = run_wrk(args, f"http://127.0.0.1:{gates[t].port}", "put_async", c,
+                                args.duration)
+                    if r.get("requests"):
+                        ticks_after, _ = cpu_ticks_and_faults(pids)
+                        etcd_after, _ = cpu_ticks_and_faults(members)
+                        r["cpu_us_per_request"] = round(
+                            (ticks_after - ticks) / CLK_TCK * 1e6 / r["requests"], 2)
+                        r["etcd_cpu_us_per_request"] = round(
+                            (etcd_after - etcd_ticks) / CLK_TCK * 1e6 / r["requests"], 2)
+                    rounds[t].append(r)
+                    check_run(problems, f"put_etcd c={c} {t}", r)
+                    log(f"put_etcd  c={c:<4} round {rnd + 1} {t:<9} "
+                        f"{r.get('rps', 0):10.0f} r/s, CPU {r.get('cpu_us_per_request', '-')} "
+                        f"us/req, etcd {r.get('etcd_cpu_us_per_request', '-')} us/req")
+            row = {t: summarize(rounds[t]) for t in names}
+            for t in names:
+                row[t]["etcd_cpu_us_per_request"] = statistics.mean(
+                    [r["etcd_cpu_us_per_request"] for r in rounds[t]
+                     if "etcd_cpu_us_per_request" in r] or [0])
+            row["rounds"] = rounds
+            row["paired"] = {"batched_over_one_txn_rps": paired(rounds, "batched", "one_txn")}
+            results[str(c)] = row
+        for t, gate in gates.items():
+            tok = gate.stored_token("/objects/t0/k5")
+            results[f"stored_token_check_{t}"] = tok
+            if not tok or tok < 1:
+                problems.append(f"put_etcd {t}: no token stored in etcd for /objects/t0/k5: {tok}")
+    finally:
+        for gate in gates.values():
+            gate.stop()
+        for m in cluster.members:
+            m.kill()
+    return results
+
+
+def print_etcd_table(rows, concs, markdown=False):
+    """put_etcd's rows: each variant's r/s and p99, CPU per request of
+    fencegate and of the etcd members, and the median of the per-round
+    ratios batched / one_txn with its interval."""
+    head = ("conns", "one txn per write r/s", "batched r/s", "batched / one txn, median of "
+            "rounds [interval]", "p99 ms one / batched", "fencegate CPU us/req one / batched",
+            "etcd CPU us/req one / batched")
+    lines = []
+    for c in concs:
+        row = rows.get(str(c))
+        if not row:
+            continue
+        one, bat = row["one_txn"], row["batched"]
+        pair = row["paired"]["batched_over_one_txn_rps"]
+        iv = pair["interval"]
+        span = f" [{iv['low']}, {iv['high']}]" if iv else ""
+        lines.append((str(c), f"{one['rps']:.0f}", f"{bat['rps']:.0f}",
+                      f"{pair['median']}{span}", f"{one['p99_ms']} / {bat['p99_ms']}",
+                      f"{one.get('cpu_us_per_request')} / {bat.get('cpu_us_per_request')}",
+                      f"{one.get('etcd_cpu_us_per_request', 0):.0f} / "
+                      f"{bat.get('etcd_cpu_us_per_request', 0):.0f}"))
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|---:|---:|---:|---|---|---|---|")
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    for line in (head, *lines):
+        print("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip())
 
 
 def measure_keys(args, procs, work, backend_port):
@@ -919,19 +1049,22 @@ def print_markdown(path):
         out = json.load(f)
     res = out["results"]
     has_base = any("baseline" in row for by_c in res.values() for c, row in by_c.items()
-                   if c.isdigit())
+                   if c.isdigit() and isinstance(row, dict))
     extra = " baseline/nginx r/s | fg/baseline r/s | fg/baseline CPU/req |" if has_base else ""
-    print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/nginx r/s, median of rounds | "
-          "fg/direct r/s | fg/nginx p99 | fg/nginx p99, median of rounds | "
-          "fencegate p50 / p99 / p99.9 ms | "
-          "CPU us/req nginx / fg | scheduled in per request nginx / fg | "
-          "fenced/unfenced PUT r/s, median of rounds "
-          f"(CPU us/req unfenced) |{extra}")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|" +
-          ("---:|---:|---:|" if has_base else ""))
+    has_main = any(c.isdigit() and isinstance(row, dict) and "fencegate" in row
+                   for by_c in res.values() for c, row in by_c.items())
+    if has_main:
+        print("| scenario | conns | fencegate r/s | fg/nginx r/s | fg/nginx r/s, median of "
+              "rounds | fg/direct r/s | fg/nginx p99 | fg/nginx p99, median of rounds | "
+              "fencegate p50 / p99 / p99.9 ms | "
+              "CPU us/req nginx / fg | scheduled in per request nginx / fg | "
+              "fenced/unfenced PUT r/s, median of rounds "
+              f"(CPU us/req unfenced) |{extra}")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|" +
+              ("---:|---:|---:|" if has_base else ""))
     for sc, by_c in res.items():
         for c, row in by_c.items():
-            if not c.isdigit():
+            if not c.isdigit() or "fencegate" not in row:
                 continue
             f, n, d = (row[t] for t in ("fencegate", "nginx", "direct"))
             cols = ""
@@ -967,6 +1100,10 @@ def print_markdown(path):
                   f"{pair[f'fg_over_{name}_rps']['median']} | "
                   f"{f.get('cpu_us_per_request')} / {ref.get('cpu_us_per_request')} | "
                   f"{pair[f'fg_over_{name}_cpu_us_per_request']['median']} |")
+    if "put_etcd" in res:
+        print()
+        print_etcd_table(res["put_etcd"], sorted(int(c) for c in res["put_etcd"] if c.isdigit()),
+                         markdown=True)
     print()
     print_verdicts(target_verdicts(res), markdown=True)
 
@@ -1246,6 +1383,10 @@ def main():
     ap.add_argument("--keys-import", action="store_true",
                     help="with --keys: write the keys with `fencegate import` of a generated "
                          "file instead of through HTTP (fast enough for 10M keys)")
+    ap.add_argument("--etcd-cluster", action="store_true",
+                    help="also run put_etcd: fenced PUTs through one fencegate on a three-member "
+                         "etcd cluster, storage.etcd.max_batch 40 against 1, interleaved, at "
+                         "--conns (needs etcd; with --scenarios \"\" --no-memory, alone)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     ap.add_argument("--syscalls", action="store_true",
                     help="count syscalls per request of the nginx proxy and fencegate "
@@ -1286,9 +1427,10 @@ def main():
     for s in scenarios:
         if s not in SCENARIOS:
             ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
-    for tool in ("nginx", "wrk"):
+    for tool in ("nginx", "wrk") + (("etcd",) if args.etcd_cluster else ()):
         if not shutil.which(tool):
-            log(f"{tool} not found (apt-get install {tool}, or bash docker/install-deps.sh)")
+            package = {"etcd": "etcd-server"}.get(tool, tool)
+            log(f"{tool} not found (apt-get install {package}, or bash docker/install-deps.sh)")
             return 77  # ctest SKIP_RETURN_CODE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by the servers
@@ -1321,6 +1463,7 @@ def main():
         "wrk_threads": args.wrk_threads, "duration_s": args.duration, "rounds": args.rounds,
         "order": args.order,
         "access_log": args.access_log, "log_level": args.log_level,
+        "etcd_cluster": args.etcd_cluster,
         "cpus": os.cpu_count(), "kernel": platform.release(),
         "loadavg_start": os.getloadavg(),
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
@@ -1552,6 +1695,11 @@ def main():
             if fg.proc.returncode not in (0, None):
                 problems.append(f"{sc}: fencegate exited with {fg.proc.returncode}")
 
+        if args.etcd_cluster:
+            log("put_etcd: one fencegate on a three-member etcd cluster, "
+                "max_batch 40 against 1")
+            out["results"]["put_etcd"] = measure_etcd_cluster(args, procs, work, backend_port,
+                                                              concs, problems)
         if not args.no_memory:
             log(f"memory: idle and with {args.memory_conns} open connections")
             out["memory"] = measure_memory(args, procs, work, backend_port, nginx_proxy,
@@ -1640,10 +1788,15 @@ def main():
     out["meta"]["loadavg_end"] = os.getloadavg()
 
     ran = [s for s in scenarios if s in res and all(str(c) in res[s] for c in concs)]
-    print()
-    print_table(res, ran, concs)
+    if ran:
+        print()
+        print_table(res, ran, concs)
     if targets:
         print("\ntarget ratios:", json.dumps(targets))
+    if "put_etcd" in res:
+        print("\nput_etcd: fenced PUT r/s through one fencegate on three etcd members, "
+              "storage.etcd.max_batch 40 (batched) against 1 (one txn per write):")
+        print_etcd_table(res["put_etcd"], concs)
     if out["ratios"]["verdicts"]:
         print(f"\nratio targets, median of the per-round ratios and its {COVERAGE:.0%}+ "
               "interval (5 rounds or more for a verdict):")

@@ -217,6 +217,23 @@ TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
   EXPECT_EQ(c.storage.etcd.password_file.line, 6);
 }
 
+TEST(LoadErrorsTest, EtcdMaxBatchIsOneToForty) {
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    max_batch: 0\n"), 4,
+                      "storage.etcd.max_batch",
+                      "'0' is out of range (expected a whole number from 1 to 40)"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  engine: etcd\n  etcd:\n    prefix: p/\n"
+                                   "    max_batch: 41\n"),
+                      6, "storage.etcd.max_batch", "'41' is out of range"));
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    max_batch: many\n"), 4,
+                      "storage.etcd.max_batch", "'many' is not a whole number"));
+  EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  etcd:\n    max_batch: 1\n"))
+                .storage.etcd.max_batch,
+            1u);
+  EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  etcd:\n    max_batch: 40\n"))
+                .storage.etcd.max_batch,
+            40u);
+}
+
 TEST(LoadErrorsTest, LogLevel) {
   EXPECT_TRUE(FailsAt(WithUpstream("log:\n  level: verbose\n"), 3, "log.level",
                       "trace, debug, info, warn, error, critical or off"));

@@ -48,6 +48,7 @@ TEST(LoadTest, MinimalConfigHasDocumentedDefaults) {
   EXPECT_EQ(c.storage.etcd.endpoints, std::vector<std::string>{"http://127.0.0.1:2379"});
   EXPECT_EQ(c.storage.etcd.prefix, "fencegate/");
   EXPECT_EQ(c.storage.etcd.forward_within, Duration(1000));
+  EXPECT_EQ(c.storage.etcd.max_batch, 40u);
   EXPECT_EQ(c.admin.listen, "127.0.0.1:9901");
   EXPECT_EQ(c.admin.endpoint, (Endpoint{"127.0.0.1", 9901}));
   EXPECT_EQ(c.admin.token, "");
@@ -123,6 +124,7 @@ TEST(LoadTest, FullExampleReadsEveryField) {
             (std::vector<std::string>{"https://10.0.0.1:2379", "https://10.0.0.2:2379"}));
   EXPECT_EQ(c.storage.etcd.prefix, "fg/");
   EXPECT_EQ(c.storage.etcd.forward_within, Duration(500));
+  EXPECT_EQ(c.storage.etcd.max_batch, 20u);
   EXPECT_TRUE(c.storage.etcd.https);
   const ClientTlsConfig& etcd = c.storage.etcd.tls;
   EXPECT_TRUE(etcd.present);
@@ -177,6 +179,7 @@ TEST(LoadTest, FullExampleSetsEveryFieldAwayFromItsDefault) {
   EXPECT_NE(full.storage.etcd.endpoints, minimal.storage.etcd.endpoints);
   EXPECT_NE(full.storage.etcd.prefix, minimal.storage.etcd.prefix);
   EXPECT_NE(full.storage.etcd.forward_within, minimal.storage.etcd.forward_within);
+  EXPECT_NE(full.storage.etcd.max_batch, minimal.storage.etcd.max_batch);
   EXPECT_NE(full.admin.listen, minimal.admin.listen);
   EXPECT_NE(full.admin.token, minimal.admin.token);
   EXPECT_NE(full.locks.listen, minimal.locks.listen);

@@ -1,11 +1,15 @@
 """`fencegate export` and `fencegate import` through the real binary: back
-up a fence, move it to another data dir, never lower a token, refuse bad
-input with its line number and apply nothing."""
+up a fence, move it to another data dir or engine, never lower a token,
+refuse bad input with its line number and apply nothing; export the etcd
+engine beside the replica that uses it."""
 
+import base64
 import json
 import subprocess
+import urllib.parse
+import urllib.request
 
-from fg_helpers import START_TIMEOUT, admin_key_path, assert_json_error
+from fg_helpers import IO_TIMEOUT, START_TIMEOUT, admin_key_path, assert_json_error
 
 
 def tool(binary, *args, stdin=None):
@@ -101,3 +105,94 @@ def test_plain_run_and_check_are_unchanged(make_gate, fencegate_bin):
     assert p.returncode == 0 and "configuration OK" in p.stdout, p
     p = tool(fencegate_bin, "export", "--config", gate.config_path, "--check")
     assert p.returncode == 2, p
+
+
+def etcd_storage(etcd, prefix):
+    return {"engine": "etcd", "etcd": {"endpoints": [etcd.url], "prefix": prefix,
+                                       "timeout": "2s"}}
+
+
+def etcd_put(etcd, key, value):
+    body = json.dumps({"key": base64.b64encode(key).decode(),
+                       "value": base64.b64encode(value).decode()}).encode()
+    req = urllib.request.Request(f"{etcd.url}/v3/kv/put", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=IO_TIMEOUT) as r:
+        assert r.status == 200
+
+
+def etcd_revision(etcd):
+    body = json.dumps({"key": base64.b64encode(b"\0").decode(), "limit": "1"}).encode()
+    req = urllib.request.Request(f"{etcd.url}/v3/kv/range", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=IO_TIMEOUT) as r:
+        return int(json.loads(r.read())["header"]["revision"])
+
+
+def test_etcd_max_batch_is_the_keys_per_transaction(make_gate, fencegate_bin, etcd):
+    """Import queues many raises at once: each transaction that writes is
+    one etcd revision, so the revisions count the transactions."""
+    records = "".join(json.dumps({"key": f"/objects/{i}", "token": 1}) + "\n"
+                      for i in range(200))
+    counted = {}
+    for max_batch in (1, 40):
+        storage = etcd_storage(etcd, f"fg-batch-{max_batch}/")
+        storage["etcd"]["max_batch"] = max_batch
+        gate = make_gate(name=f"batch-{max_batch}", start=False, storage=storage)
+        before = etcd_revision(etcd)
+        p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", "-",
+                 stdin=records)
+        assert p.returncode == 0, p.stderr
+        counted[max_batch] = etcd_revision(etcd) - before
+    assert counted[1] == 200, counted
+    assert counted[40] < 200 // 4, counted
+
+
+def test_export_from_etcd_imports_into_rocksdb_and_another_prefix(make_gate, fencegate_bin,
+                                                                   etcd, tmp_path):
+    src = make_gate(name="etcd-src", storage=etcd_storage(etcd, "fg-src/"))
+    advanced = {"/objects/a": 10, "/objects/b": 20, "/objects/\u00e9t\u00e9": 7,
+                "/objects/z": 18446744073709551615}
+    for key, token in advanced.items():
+        r = src.put(urllib.parse.quote(key), token)
+        assert 200 <= r.status < 300, r
+    # More keys than one range read of the export holds (1000).
+    bulk = {f"/bulk/{i:05d}": i for i in range(2500)}
+    lines = "".join(json.dumps({"key": k, "token": t}) + "\n" for k, t in bulk.items())
+    p = tool(fencegate_bin, "import", "--config", src.config_path, "--input", "-", stdin=lines)
+    assert p.returncode == 0, p.stderr
+
+    # The etcd engine is exported while the replica that uses it runs.
+    p = tool(fencegate_bin, "export", "--config", src.config_path)
+    assert p.returncode == 0, p.stderr
+    want = sorted({**advanced, **bulk}.items(), key=lambda kv: kv[0].encode())
+    assert [json.loads(x) for x in p.stdout.splitlines()] == [{"key": k, "token": t}
+                                                             for k, t in want]
+    assert f"{len(want)} keys" in p.stderr, p.stderr
+    backup = tmp_path / "etcd-backup.jsonl"
+    backup.write_text(p.stdout)
+
+    # Imported into a fresh rocksdb store and into another etcd prefix, each
+    # exports the very same lines.
+    rocks = make_gate(name="rocks-dst", start=False)
+    other = make_gate(name="etcd-dst", start=False, storage=etcd_storage(etcd, "fg-dst/"))
+    for gate in (rocks, other):
+        p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", str(backup))
+        assert p.returncode == 0, p.stderr
+        assert f"{len(want)} records" in p.stderr, p.stderr
+        p = tool(fencegate_bin, "export", "--config", gate.config_path)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == backup.read_text()
+    for gate in (rocks, other):
+        gate.start()
+        assert stored(gate, "/objects/b") == 20
+        assert_json_error(gate.put("/objects/a", 9), 409, "stale_token", current=10)
+
+
+def test_export_from_etcd_names_a_damaged_value(make_gate, fencegate_bin, etcd):
+    gate = make_gate(name="etcd-damaged", start=False, storage=etcd_storage(etcd, "fg-bad/"))
+    p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", "-",
+             stdin='{"key":"/objects/a","token":1}\n{"key":"/objects/c","token":3}\n')
+    assert p.returncode == 0, p.stderr
+    etcd_put(etcd, b"fg-bad/t//objects/b", b"12")
+    p = tool(fencegate_bin, "export", "--config", gate.config_path)
+    assert p.returncode == 1, p
+    assert "etcd key 'fg-bad/t//objects/b' holds '12', not a token" in p.stderr, p.stderr

@@ -1,0 +1,140 @@
+#include "storage/etcd_export.h"
+
+#include <nlohmann/json.hpp>
+
+#include <utility>
+
+#include "storage/etcd_client.h"
+
+namespace fencegate::storage {
+
+using nlohmann::json;
+
+namespace {
+
+// EtcdStore's transport: the client, as it is.
+class ClientTransport : public EtcdTransport {
+ public:
+  explicit ClientTransport(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
+  Status Call(std::string_view path, const json& request, json* response,
+              bool retry_if_unknown) override {
+    return client_->Call(path, request, response, retry_if_unknown);
+  }
+
+ private:
+  std::unique_ptr<EtcdClient> client_;
+};
+
+// The first key after every key that starts with prefix (etcd's range_end
+// of a prefix); "\0" (to the end of the key space) when there is none.
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<unsigned char>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+// A string field of a gateway object ("" when absent or not a string).
+std::string StringField(const json& object, const char* name) {
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Bytes for a message: printable ASCII as it is, the rest as \xNN.
+std::string Escaped(std::string_view bytes) {
+  constexpr size_t kMax = 256;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes.substr(0, kMax)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out.append("\\x").append(1, kDigits[u >> 4]).append(1, kDigits[u & 0xf]);
+    }
+  }
+  if (bytes.size() > kMax) out += "...";
+  return out;
+}
+
+Status NotARange(std::string_view what) {
+  return Status::Corruption("etcd answered a range read without " + std::string(what));
+}
+
+}  // namespace
+
+Status OpenEtcdTransport(const EtcdStoreSettings& settings, std::unique_ptr<EtcdTransport>* out) {
+  EtcdClientOptions options;
+  options.endpoints = settings.endpoints;
+  options.request_timeout = settings.timeout;
+  options.username = settings.username;
+  options.password = settings.password;
+  options.tls = settings.tls;
+  options.tls_server_name = settings.tls_server_name;
+  std::unique_ptr<EtcdClient> client;
+  if (Status s = EtcdClient::Open(options, &client); !s.ok()) return s;
+  *out = std::make_unique<ClientTransport>(std::move(client));
+  return Status::Ok();
+}
+
+Status ForEachEtcdToken(EtcdTransport& transport, std::string_view prefix, size_t page_keys,
+                        const EtcdTokenVisitor& visit) {
+  if (page_keys == 0) return Status::InvalidArgument("a page of 0 keys");
+  const std::string base = std::string(prefix) + "t/";
+  const std::string end64 = EtcdClient::Base64(PrefixEnd(base));
+  const std::string limit = std::to_string(page_keys);
+  std::string from = base;
+  int64_t revision = 0;  // of the first page; every next page reads at it
+  for (;;) {
+    json request = {{"key", EtcdClient::Base64(from)}, {"range_end", end64}, {"limit", limit}};
+    if (revision != 0) request["revision"] = std::to_string(revision);
+    json response;
+    if (Status s = transport.Call("/v3/kv/range", request, &response, /*retry_if_unknown=*/true);
+        !s.ok()) {
+      return s;
+    }
+    if (!response.is_object()) return NotARange("an object");
+    if (revision == 0) {
+      const json header = response.value("header", json::object());
+      if (!EtcdClient::Int64Field(header, "revision", &revision) || revision <= 0) {
+        return NotARange("a revision");
+      }
+    }
+    const json kvs = response.value("kvs", json::array());
+    if (!kvs.is_array()) return NotARange("a list of keys");
+    std::string key;
+    for (const json& kv : kvs) {
+      std::string value;
+      if (!kv.is_object() || !EtcdClient::FromBase64(StringField(kv, "key"), &key) ||
+          !EtcdClient::FromBase64(StringField(kv, "value"), &value)) {
+        return NotARange("keys and values in Base64");
+      }
+      if (key.compare(0, base.size(), base) != 0 || key < from) {
+        return NotARange("its keys in the range asked, in order (etcd key '" + Escaped(key) + "')");
+      }
+      const std::string_view token_key = std::string_view(key).substr(base.size());
+      if (token_key.empty() || token_key.size() > EtcdStore::kMaxKeyBytes) {
+        return Status::Corruption("etcd key '" + Escaped(key) + "' holds no token's key (" +
+                                  std::to_string(token_key.size()) + " bytes after the prefix, "
+                                  "expected 1 to 1024)");
+      }
+      uint64_t token = 0;
+      if (!EtcdStore::DecodeToken(value, &token)) {
+        return Status::Corruption("etcd key '" + Escaped(key) + "' holds '" + Escaped(value) +
+                                  "', not a token (20 decimal digits)");
+      }
+      if (!visit(std::string(token_key), token)) return Status::Ok();
+    }
+    auto more = response.find("more");  // left out when false
+    if (more == response.end() || !more->is_boolean() || !more->get<bool>()) return Status::Ok();
+    if (kvs.empty()) return NotARange("keys although it says there are more");
+    from = key;
+    from.push_back('\0');  // the first key after the last one read
+  }
+}
+
+}  // namespace fencegate::storage
