@@ -56,7 +56,8 @@ TEST(RoutesTest, EmptyRouteListIsAllowed) {
 
 TEST(RoutesTest, UnknownKeyInsideARoute) {
   EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a\n    method: [PUT]\n"), 4, "routes[0].method",
-                      "unknown key (expected one of name, path_prefix, path_regex, methods"));
+                      "unknown key; did you mean 'methods'? (expected one of name, path_prefix, "
+                      "path_regex, methods"));
 }
 
 TEST(RoutesTest, RouteMustBeAMapping) {
