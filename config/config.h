@@ -141,8 +141,8 @@ enum class Durability { kSync, kAsync };
 std::string_view ToString(Durability durability);  // "sync" | "async"
 
 struct EtcdConfig {
-  // http:// or https:// URLs, all with the same scheme. The etcd engine is
-  // planned: today these are only validated.
+  // http:// or https:// URLs, all with the same scheme. Read only with
+  // storage.engine: etcd.
   std::vector<std::string> endpoints{"http://127.0.0.1:2379"};
   std::string prefix = "fencegate/";
   bool https = false;   // derived: the endpoints are https
