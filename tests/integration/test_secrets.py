@@ -1,11 +1,16 @@
-"""The admin bearer token from a file (admin.token_file) or an environment
-variable (admin.token_env) instead of the configuration file: an admin
-fence works with it and is 401 with another; --check refuses a file it
-cannot use, an unset variable and two sources at once, naming file, line
-and field (docs/configuration.md, "admin and locks")."""
+"""Secrets outside the configuration file (docs/operations.md, "Secrets").
+The admin bearer token from a file (admin.token_file) or an environment
+variable (admin.token_env): an admin fence works with it and is 401 with
+another; --check refuses a file it cannot use, an unset variable and two
+sources at once, naming file, line and field. The etcd password from
+storage.etcd.password_file, read by the same rules, against a real etcd
+with authentication on."""
 
 import pathlib
+import shutil
 import subprocess
+
+import pytest
 
 from fg_helpers import ADMIN_TOKEN, admin_key_path, assert_json_error, default_config, write_config
 
@@ -84,3 +89,46 @@ def test_check_refuses_two_sources(fencegate_bin, tmp_path, backend):
     assert r.returncode == 2, r
     assert (f"{path}:{line_of(lines, 'token_env')}: field 'admin.token_env': conflicts with "
             f"token on line {line_of(lines, 'token')}") in r.stderr, r.stderr
+
+
+def etcdctl(etcd, *args):
+    r = subprocess.run([shutil.which("etcdctl") or "/usr/bin/etcdctl", "--endpoints", etcd.url,
+                        *args], capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"etcdctl {args}: {r.stderr}"
+
+
+def etcd_storage(etcd, password_file):
+    return {"engine": "etcd",
+            "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-secrets/", "timeout": "2s",
+                     "username": "root", "password_file": str(password_file)}}
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None and not pathlib.Path("/usr/bin/etcd").exists(),
+                    reason="needs etcd")
+def test_etcd_password_from_a_file(make_gate, fencegate_bin, backend, etcd, tmp_path):
+    etcdctl(etcd, "user", "add", "root:etcd-secret", "--interactive=false")
+    etcdctl(etcd, "auth", "enable")
+    password = tmp_path / "etcd-password"
+    password.write_text("etcd-secret\n")  # the newline is not part of the password
+    gate = make_gate(name="right", storage=etcd_storage(etcd, password))
+    r = gate.put("/objects/p", 5)
+    assert 200 <= r.status < 300, f"with the right password: {r}"
+    assert_json_error(gate.put("/objects/p", 4), 409, "stale_token", current=5)
+
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-it\n")
+    other = make_gate(name="wrong", storage=etcd_storage(etcd, wrong))
+    assert_json_error(other.put("/objects/p", 6), 503, "store_unavailable")
+
+    # An empty file stops the start, naming the field and its line.
+    empty = tmp_path / "empty-password"
+    empty.write_text("\n")
+    cfg = default_config(backend.port, tmp_path / "data", storage=etcd_storage(etcd, empty))
+    path = pathlib.Path(write_config(tmp_path / "empty.yaml", cfg))
+    line = line_of(path.read_text().splitlines(), "password_file")
+    r = subprocess.run([fencegate_bin, "--config", str(path)], capture_output=True, text=True,
+                       timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r
+    assert (f"{path}:{line}: field 'storage.etcd.password_file': '{empty}' is empty"
+            in r.stderr), r.stderr
