@@ -53,7 +53,9 @@ bool CheckListenConflicts(YamlReader& r, const Config& c, const ListenLines& lin
 
 // An environment variable's name as a shell can set it.
 bool IsVariableName(std::string_view name) {
-  auto letter = [](char ch) { return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || ch == '_'; };
+  auto letter = [](char ch) {
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || ch == '_';
+  };
   if (name.empty() || !letter(name.front())) return false;
   return std::all_of(name.begin(), name.end(),
                      [&](char ch) { return letter(ch) || (ch >= '0' && ch <= '9'); });

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <system_error>
+#include <utility>
 
 namespace fencegate::config {
 namespace {
