@@ -155,7 +155,8 @@ bool AdminSession::Authorized() {
   const std::string& token = ctx_.config->admin.token;
   if (token.empty()) {
     Send(MakeError(http::status::forbidden, "admin_writes_disabled",
-                   "admin writes are disabled: set admin.token in the config"));
+                   "admin writes are disabled: set admin.token, admin.token_file or "
+                   "admin.token_env in the config"));
     return false;
   }
   auto it = req.find(http::field::authorization);

@@ -6,15 +6,19 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
 
 #include "app/route_explain.h"
 #include "app/server.h"
 #include "config/config.h"
+#include "config/secrets.h"
 #include "fence/router.h"
 #include "locks/lock_server.h"
 #include "net/heap_policy.h"
@@ -66,16 +70,19 @@ bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_t
   options->etcd.username = etcd.username;
   options->etcd.max_batch = etcd.max_batch;
   if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
-    std::ifstream in(etcd.password_file.path);
-    std::string password;
-    if (!in || !std::getline(in, password)) {
-      *error = cfg.source + ":" + std::to_string(etcd.password_file.line) +
-               ": storage.etcd.password_file: cannot read " + etcd.password_file.path;
-      return false;
-    }
-    options->etcd.password = std::move(password);
+    std::optional<std::string> password =
+        config::ReadSecretFile(cfg.source, etcd.password_file, "storage.etcd.password_file", error);
+    if (!password) return false;
+    options->etcd.password = std::move(*password);
   }
   return true;
+}
+
+// The process's environment, read while Main() is the only thread.
+std::optional<std::string> ProcessEnvironment(const std::string& name) {
+  const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): one thread yet
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
 }
 
 // Where the store is, for messages: its directory, or etcd's endpoints.
@@ -318,6 +325,15 @@ int Main(int argc, char** argv) {
   config::LoadResult loaded = config::Load(config_path);
   if (auto* error = std::get_if<config::ConfigError>(&loaded)) {
     std::cerr << "fencegate: invalid configuration: " << error->message << "\n";
+    return kExitConfig;
+  }
+  // The admin token's file or variable is read now, so --check finds a
+  // missing file or an unset variable (not by the tools, which need no
+  // admin token).
+  if (std::string secret_error;
+      !tool && !config::ResolveSecrets(&std::get<config::Config>(loaded), ProcessEnvironment,
+                                       &secret_error)) {
+    std::cerr << "fencegate: invalid configuration: " << secret_error << "\n";
     return kExitConfig;
   }
   auto cfg = std::make_shared<const config::Config>(std::get<config::Config>(std::move(loaded)));

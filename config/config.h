@@ -141,7 +141,8 @@ enum class Durability { kSync, kAsync };
 std::string_view ToString(Durability durability);  // "sync" | "async"
 
 struct EtcdConfig {
-  // http:// or https:// URLs, all with the same scheme.
+  // http:// or https:// URLs, all with the same scheme. Read only with
+  // storage.engine: etcd.
   std::vector<std::string> endpoints{"http://127.0.0.1:2379"};
   std::string prefix = "fencegate/";
   bool https = false;   // derived: the endpoints are https
@@ -178,7 +179,14 @@ struct StorageConfig {
 struct AdminConfig {
   std::string listen = "127.0.0.1:9901";  // "" = admin listener off
   std::optional<Endpoint> endpoint;        // derived; nullopt when off
-  std::string token;                       // "" = admin writes disabled
+  // The bearer token admin writes need; "" = admin writes disabled. Set
+  // inline (admin.token), or from a file or an environment variable, which
+  // ResolveSecrets() (config/secrets.h) reads into it: at most one of the
+  // three is set.
+  std::string token;
+  FileRef token_file;                      // "" = not set
+  std::string token_env;                   // a variable's name; "" = not set
+  int token_env_line = 0;                  // line of token_env, for messages
 
   bool operator==(const AdminConfig&) const = default;
 };

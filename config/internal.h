@@ -13,6 +13,12 @@ namespace fencegate::config::internal {
 // True when `text` is a non-empty RFC 9110 token (method and header names).
 bool IsHttpToken(std::string_view text);
 
+// The fewest insertions, deletions, substitutions and swaps of two
+// neighbouring characters that turn `a` into `b` (the optimal string
+// alignment distance), case-sensitive. Written here because neither the
+// standard library nor Boost has one.
+size_t EditDistance(std::string_view a, std::string_view b);
+
 // Validates a route key template (docs/contract.md, "Keys and canonical
 // paths"): literal text plus {path}, {1}..{9} and {header:Name}.
 // `capture_count` is the number of capture groups of the route's regex;

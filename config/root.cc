@@ -3,8 +3,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string_view>
+#include <vector>
 
 #include "config/readers.h"
 #include "config/routes.h"
@@ -48,6 +51,62 @@ bool CheckListenConflicts(YamlReader& r, const Config& c, const ListenLines& lin
   return true;
 }
 
+// An environment variable's name as a shell can set it.
+bool IsVariableName(std::string_view name) {
+  auto letter = [](char ch) {
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || ch == '_';
+  };
+  if (name.empty() || !letter(name.front())) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char ch) { return letter(ch) || (ch >= '0' && ch <= '9'); });
+}
+
+// `admin:`; *listen_line is the line of admin.listen. The token comes from
+// at most one of token, token_file and token_env (the file and the
+// variable are read by ResolveSecrets()).
+bool ReadAdmin(YamlReader& r, const Field& f, AdminConfig* admin, int* listen_line) {
+  std::vector<Field> sources;  // token, token_file, token_env: those present
+  bool ok = r.Map(f, Keys{
+      {"listen", [&](const Field& l) {
+         *listen_line = l.line;
+         return r.Listen(l, true, &admin->listen, &admin->endpoint);
+       }},
+      {"token", [&](const Field& t) {
+         sources.push_back(t);
+         return r.String(t, &admin->token);
+       }},
+      {"token_file", [&](const Field& t) {
+         sources.push_back(t);
+         if (!r.NonEmptyString(t, "the path of a file holding the admin bearer token",
+                               &admin->token_file.path)) {
+           return false;
+         }
+         return FileInto(r, &admin->token_file)(t);
+       }},
+      {"token_env", [&](const Field& t) {
+         sources.push_back(t);
+         static constexpr std::string_view kExpected =
+             "the name of an environment variable holding the admin bearer token, such as "
+             "FENCEGATE_ADMIN_TOKEN";
+         if (!r.NonEmptyString(t, kExpected, &admin->token_env)) return false;
+         if (!IsVariableName(admin->token_env)) {
+           return r.Fail(t, "'" + admin->token_env + "' is not an environment variable name",
+                         kExpected);
+         }
+         admin->token_env_line = t.line;
+         return true;
+       }},
+  });
+  if (ok && sources.size() > 1) {
+    const Field& first = sources[0];
+    const std::string first_name = first.path.substr(first.path.rfind('.') + 1);
+    return r.Fail(sources[1],
+                  "conflicts with " + first_name + " on line " + std::to_string(first.line),
+                  "at most one of token, token_file and token_env");
+  }
+  return ok;
+}
+
 }  // namespace
 
 bool ReadRoot(YamlReader& r, const Field& root, Config* c) {
@@ -72,15 +131,7 @@ bool ReadRoot(YamlReader& r, const Field& root, Config* c) {
       {"fencing", [&](const Field& v) { return ReadFencing(r, v, &c->fencing); }},
       {"routes", [&](const Field& v) { return ReadRoutes(r, v, &c->routes); }},
       {"storage", [&](const Field& v) { return ReadStorage(r, v, &c->storage); }},
-      {"admin", [&](const Field& v) {
-         return r.Map(v, Keys{
-             {"listen", [&](const Field& l) {
-                lines.admin = l.line;
-                return r.Listen(l, true, &c->admin.listen, &c->admin.endpoint);
-              }},
-             {"token", [&](const Field& t) { return r.String(t, &c->admin.token); }},
-         });
-       }},
+      {"admin", [&](const Field& v) { return ReadAdmin(r, v, &c->admin, &lines.admin); }},
       {"locks", [&](const Field& v) {
          return r.Map(v, Keys{
              {"listen", [&](const Field& l) {

@@ -74,25 +74,6 @@ constexpr std::string_view kKnownMethods[] = {
     "UNLOCK",     "UPDATE",           "UPDATEREDIRECTREF", "VERSION-CONTROL",
 };
 
-// True when `a` becomes `b` by one substitution, insertion, deletion or
-// swap of two neighbouring letters.
-bool OneEditApart(std::string_view a, std::string_view b) {
-  if (a == b) return false;
-  if (a.size() == b.size()) {
-    size_t first = 0;
-    while (a[first] == b[first]) ++first;
-    size_t last = a.size() - 1;
-    while (a[last] == b[last]) --last;
-    if (first == last) return true;  // one substitution
-    return last == first + 1 && a[first] == b[last] && a[last] == b[first];  // a swap
-  }
-  if (a.size() + 1 == b.size()) std::swap(a, b);
-  if (a.size() != b.size() + 1) return false;
-  size_t i = 0;
-  while (i < b.size() && a[i] == b[i]) ++i;
-  return a.substr(i + 1) == b.substr(i);  // one letter of `a` dropped
-}
-
 // The known method `method` is likely a typo of, or "".
 std::string_view TypoOf(std::string_view method) {
   if (std::find(std::begin(kKnownMethods), std::end(kKnownMethods), method) !=
@@ -100,7 +81,7 @@ std::string_view TypoOf(std::string_view method) {
     return {};
   }
   for (std::string_view known : kKnownMethods) {
-    if (OneEditApart(method, known)) return known;
+    if (EditDistance(method, known) == 1) return known;
   }
   return {};
 }

@@ -125,7 +125,8 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
     }
     return ok;
   };
-  return r.Map(f, Keys{
+  int durability_line = 0;
+  bool ok = r.Map(f, Keys{
       {"engine",
        [&](const Field& v) {
          return r.Choice(v, {"rocksdb", "etcd"}, &storage->engine);
@@ -134,6 +135,7 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
          return r.NonEmptyString(v, "a directory path such as ./fencegate-data", &storage->path);
        }},
       {"durability", [&](const Field& v) {
+         durability_line = v.line;
          std::string value;
          if (!r.Choice(v, {"sync", "async"}, &value)) return false;
          storage->durability = value == "sync" ? Durability::kSync : Durability::kAsync;
@@ -141,6 +143,16 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
        }},
       {"etcd", read_etcd},
   });
+  // The etcd engine has no such choice: etcd syncs every write on a quorum
+  // of its members before it answers. `async` there would promise a speed
+  // for a durability that is not traded away, `sync` a choice not made.
+  if (ok && storage->engine == "etcd" && durability_line > 0) {
+    return r.Fail(f.Child(f.node, "durability", durability_line),
+                  "is set, but storage.engine is etcd, which does not use it (etcd syncs every "
+                  "write on a quorum of its members)",
+                  "no durability with engine: etcd");
+  }
+  return ok;
 }
 
 bool ReadLimits(YamlReader& r, const Field& f, LimitsConfig* limits) {

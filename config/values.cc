@@ -3,11 +3,14 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "config/config.h"
 #include "config/internal.h"
@@ -175,6 +178,28 @@ std::optional<Endpoint> ParseEndpoint(std::string_view text) {
 }
 
 namespace internal {
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  // Three rows of the dynamic programme: the one before the previous (for
+  // a swap), the previous and the current.
+  std::vector<size_t> before(b.size() + 1);
+  std::vector<size_t> previous(b.size() + 1);
+  std::vector<size_t> current(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitution = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitution});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        current[j] = std::min(current[j], before[j - 2] + 1);
+      }
+    }
+    std::swap(before, previous);
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
 
 bool IsHttpToken(std::string_view text) {
   static constexpr std::string_view kSymbols = "!#$%&'*+-.^_`|~";

@@ -30,6 +30,32 @@ std::string KeyList(const std::vector<YamlReader::Key>& keys) {
   return out;
 }
 
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// The accepted key that the unknown `name` most likely misspells, or "":
+// the closest with letter case ignored, at most one edit away for a name of
+// up to three characters and two for a longer one; on a tie, the first in
+// `keys`.
+std::string_view ClosestKey(std::string_view name, const std::vector<YamlReader::Key>& keys) {
+  const std::string lower = Lower(name);
+  size_t best = name.size() <= 3 ? 1 : 2;
+  std::string_view closest;
+  for (const YamlReader::Key& key : keys) {
+    const size_t distance = EditDistance(lower, Lower(key.name));
+    if (distance <= best && (closest.empty() || distance < best)) {
+      best = distance;
+      closest = key.name;
+    }
+  }
+  return closest;
+}
+
 }  // namespace
 
 int LineOf(const YAML::Node& node, int fallback) {
@@ -97,7 +123,13 @@ bool YamlReader::Map(const Field& field, const std::vector<Key>& keys) {
     for (const Key& key : keys) {
       if (key.name == name) match = &key;
     }
-    if (match == nullptr) return Fail(child, "unknown key", "one of " + KeyList(keys));
+    if (match == nullptr) {
+      std::string what = "unknown key";
+      if (std::string_view closest = ClosestKey(name, keys); !closest.empty()) {
+        what += "; did you mean '" + std::string(closest) + "'?";
+      }
+      return Fail(child, what, "one of " + KeyList(keys));
+    }
     if (!seen.insert(name).second) return Fail(child, "duplicate key", "each key at most once");
     if (!match->read(child)) return false;
   }

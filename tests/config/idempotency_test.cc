@@ -289,7 +289,8 @@ TEST(IdempotencyTest, InFlightTimeoutIsPositiveAndWithinTheWindow) {
 
 TEST(IdempotencyTest, UnknownAndDuplicateFields) {
   EXPECT_TRUE(FailsAt(Mapping({"window: 24h", "windw: 1h"}), 6, "routes[0].idempotency.windw",
-                      "unknown key (expected one of window, header, required, scope, concurrent, "
+                      "unknown key; did you mean 'window'? (expected one of window, header, "
+                      "required, scope, concurrent, "
                       "max_response_bytes, in_flight_timeout)"));
   EXPECT_TRUE(FailsAt(Mapping({"window: 24h", "window: 1h"}), 6, "routes[0].idempotency.window",
                       "duplicate key"));

@@ -192,6 +192,25 @@ TEST(LoadErrorsTest, StorageChoices) {
                       "storage.etcd.endpoints", "empty list"));
 }
 
+// A field that would do nothing is refused, not ignored: the etcd engine
+// has no durability to choose, whichever line comes first.
+TEST(LoadErrorsTest, DurabilityIsRefusedWithTheEtcdEngine) {
+  for (std::string_view value : {"async", "sync"}) {
+    EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  engine: etcd\n  durability: " +
+                                     std::string(value) + "\n"),
+                        4, "storage.durability",
+                        "is set, but storage.engine is etcd, which does not use it"))
+        << value;
+  }
+  EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  durability: async\n  engine: etcd\n"), 3,
+                      "storage.durability", "no durability with engine: etcd"));
+  // Left out it is the default; with rocksdb both values stand.
+  EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  engine: etcd\n")).storage.engine, "etcd");
+  EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  engine: rocksdb\n  durability: async\n"))
+                .storage.durability,
+            Durability::kAsync);
+}
+
 TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    username: fg\n"), 4,
                       "storage.etcd.username",

@@ -114,7 +114,7 @@ TEST(LoadTest, FullExampleReadsEveryField) {
   EXPECT_EQ(tenants.methods, (std::vector<std::string>{"PUT", "DELETE"}));
   EXPECT_EQ(tenants.key, "tenant:{1}");
   EXPECT_EQ(tenants.mode, RouteMode::kShadow);
-  EXPECT_EQ(tenants.idempotency, std::nullopt);  // anything else is refused until built
+  EXPECT_EQ(tenants.idempotency, std::nullopt);
   EXPECT_EQ(tenants.line, 46);
 
   EXPECT_EQ(c.storage.engine, "rocksdb");

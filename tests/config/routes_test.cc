@@ -56,7 +56,8 @@ TEST(RoutesTest, EmptyRouteListIsAllowed) {
 
 TEST(RoutesTest, UnknownKeyInsideARoute) {
   EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /a\n    method: [PUT]\n"), 4, "routes[0].method",
-                      "unknown key (expected one of name, path_prefix, path_regex, methods"));
+                      "unknown key; did you mean 'methods'? (expected one of name, path_prefix, "
+                      "path_regex, methods"));
 }
 
 TEST(RoutesTest, RouteMustBeAMapping) {
@@ -123,6 +124,29 @@ TEST(RoutesTest, BadMethods) {
                       6, "routes[0].methods[1]", "not a method name"));
   EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: [PUT, \"\"]\n"), 4,
                       "routes[0].methods[1]", "is empty"));
+}
+
+// A method is an RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~.
+// Anything else could never be a request's method, so the entry is a
+// mistake (a list written as one string, a stray separator).
+TEST(RoutesTest, MethodsThatAreNotHttpTokensAreRefused) {
+  for (const char* method : {"\"PU T\"", "\"GET,\"", "\"GET, PUT\"", "\"PUT;\"", "\"(PUT)\"",
+                             "\"PU/T\"", "\"PU\\\"T\"", "\"PU@T\"", "\"PU\\tT\"", "\"PÜT\"",
+                             "\"PUT\\u007f\"", "\" PUT\"", "\"PU{T}\""}) {
+    EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods:\n      - PUT\n      - " +
+                               std::string(method) + "\n"),
+                        6, "routes[0].methods[1]", "is not a method name"))
+        << method;
+  }
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: [PUT, ~]\n"), 4,
+                      "routes[0].methods[1]", "is empty (no value)"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    methods: [PUT, [GET]]\n"), 4,
+                      "routes[0].methods[1]", "is a list"));
+  // Every character a token may hold is accepted.
+  Config c = MustLoad(Routes(
+      "  - path_prefix: /\n    methods: [\"X-M_1.2\", \"!#$%&'*+-.^_`|~\"]\n"));
+  ASSERT_EQ(c.routes.size(), 1u);
+  EXPECT_EQ(c.routes[0].methods, (std::vector<std::string>{"X-M_1.2", "!#$%&'*+-.^_`|~"}));
 }
 
 // A misspelt method would leave the real one unfenced without a word.
