@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 WRITE_TIMEOUT_S = 3.0
 # fencegate's own refusals that are certain: the write was not forwarded.
 DEFINITE_REFUSALS = {"stale_token", "token_required", "bad_token", "store_unavailable",
-                     "bad_request", "bad_path", "bad_key", "shutting_down"}
+                     "bad_request", "bad_path", "bad_key", "shutting_down", "fence_expired"}
 
 
 class History:

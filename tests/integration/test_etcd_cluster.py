@@ -89,7 +89,10 @@ def test_the_leader_killed_under_load(make_gate, backend, cluster):
     assert not failures, f"a write was not answered properly: {failures[0]!r}"
     refused = [a for a in answers if not 200 <= a[4] < 300]
     for started, finished, key, token, status, code in refused:
-        assert (status, code) == (503, "store_unavailable"), refused
+        # store_unavailable: etcd did not answer in time; fence_expired: it
+        # answered after the election, later than storage.etcd.forward_within.
+        # Neither forwards anything.
+        assert status == 503 and code in ("store_unavailable", "fence_expired"), refused
         assert finished >= killed and started <= killed + ELECTION_WINDOW, \
             f"refused outside the election window ({started - killed:+.2f}s): {refused}"
     log = backend.log()
