@@ -10,7 +10,7 @@ set -euo pipefail
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libboost1.81-all-dev librocksdb-dev nlohmann-json3-dev libyaml-cpp-dev
-  libspdlog-dev libcli11-dev libssl-dev openssl
+  libspdlog-dev libcli11-dev libssl-dev libsystemd-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
   nginx curl python3 python3-pytest ca-certificates
   etcd-server etcd-client redis-server zookeeperd python3-kazoo haproxy
