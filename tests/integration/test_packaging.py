@@ -1,13 +1,17 @@
-"""The packaging files, checked without a container engine: the container
-image (docker/Dockerfile) copies only files that exist and builds with CI's
-script and CMake preset; the compose files parse and name only files that
-exist; every shipped configuration passes `fencegate --check`."""
+"""The packaging files, checked without a container engine or a running
+systemd: the container image (docker/Dockerfile) copies only files that
+exist and builds with CI's script and CMake preset; the compose files parse
+and name only files that exist; every shipped configuration passes
+`fencegate --check`; the systemd unit passes `systemd-analyze verify` and
+agrees with its configuration; the Kubernetes example's probes, ports and
+mounts agree with its configuration."""
 
 import glob
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -16,6 +20,9 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKERFILE = os.path.join(ROOT, "docker", "Dockerfile")
 COMPOSE_FILES = sorted(glob.glob(os.path.join(ROOT, "docker", "compose*.yaml")))
+UNIT = os.path.join(ROOT, "deploy", "systemd", "fencegate.service")
+UNIT_CONFIG = os.path.join(ROOT, "deploy", "systemd", "fencegate.yaml")
+KUBERNETES = os.path.join(ROOT, "deploy", "kubernetes", "fencegate.yaml")
 
 
 def rel(path):
@@ -267,8 +274,9 @@ def test_every_shipped_config_passes_check(fencegate_bin, stand_ins, tmp_path):
     configs = shipped_configs()
     names = [n for n, _ in configs]
     for must in ("docker/fencegate.yaml", "docker/fencegate-etcd.yaml",
-                 "config/examples/full.yaml"):
+                 "deploy/systemd/fencegate.yaml", "config/examples/full.yaml"):
         assert must in names, f"{must} is not among the configurations found: {names}"
+    assert any(n.startswith("deploy/kubernetes/") for n in names), names
     failures = []
     for i, (name, text) in enumerate(configs):
         text, replaced = with_stand_ins(text, stand_ins)
@@ -290,3 +298,95 @@ def test_check_of_shipped_configs_can_fail(fencegate_bin, stand_ins, tmp_path):
     r = subprocess.run([fencegate_bin, "--config", str(path), "--check"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r
+
+
+# --------------------------------------------------------------------------
+# systemd unit
+# --------------------------------------------------------------------------
+
+def unit_settings():
+    out = {}
+    with open(UNIT) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith(("#", ";", "[")) and "=" in line:
+                k, _, v = line.partition("=")
+                out.setdefault(k, []).append(v)
+    return out
+
+
+def test_systemd_unit_agrees_with_its_config():
+    s = unit_settings()
+    with open(UNIT_CONFIG) as f:
+        cfg = yaml.safe_load(f)
+    assert s["Type"] == ["notify"]
+    assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert cfg["storage"]["path"] == "/var/lib/" + s["StateDirectory"][0]
+    max_conn = cfg["limits"]["max_connections"]
+    assert int(s["LimitNOFILE"][0]) >= 2 * max_conn + 1024, (s["LimitNOFILE"], max_conn)
+    drain = int(cfg["limits"]["drain_timeout"].rstrip("s"))
+    assert int(s["TimeoutStopSec"][0]) > drain
+    name, _, _ = s["LoadCredential"][0].partition(":")
+    assert cfg["admin"]["token_file"] == f"/run/credentials/fencegate.service/{name}"
+    for k in ("ProtectSystem", "ProtectHome", "NoNewPrivileges", "PrivateTmp",
+              "RestrictAddressFamilies"):
+        assert k in s, f"the unit does not set {k}"
+    assert s["CapabilityBoundingSet"] == [""], s["CapabilityBoundingSet"]
+    assert "AF_UNIX" in s["RestrictAddressFamilies"][0], "sd_notify needs AF_UNIX"
+    assert any(k in s for k in ("User", "DynamicUser"))
+    for cmd in s["ExecStart"] + s["ExecStartPre"]:
+        assert "/etc/fencegate/fencegate.yaml" in cmd, cmd
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None,
+                    reason="systemd-analyze is not installed (Debian's systemd package has it)")
+def test_systemd_unit_verifies(fencegate_bin, tmp_path):
+    """systemd-analyze verify, offline: it needs the binaries ExecStart and
+    ExecStartPre name to exist, so the unit's copy points them at this
+    build's binary; every other line is as shipped."""
+    with open(UNIT) as f:
+        text = f.read()
+    assert "/usr/bin/fencegate " in text
+    unit = tmp_path / "fencegate.service"
+    unit.write_text(text.replace("/usr/bin/fencegate ", fencegate_bin + " "))
+    r = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and not r.stderr.strip(), f"exit {r.returncode}:\n{r.stderr}"
+    # The same check refuses a misspelt setting.
+    bad = tmp_path / "bad" / "fencegate.service"
+    bad.parent.mkdir()
+    bad.write_text(unit.read_text().replace("ProtectHome=", "ProtectHom="))
+    r = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(bad)],
+                       capture_output=True, text=True, timeout=120)
+    assert "ProtectHom" in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------
+# Kubernetes
+# --------------------------------------------------------------------------
+
+def test_kubernetes_example_agrees_with_its_config():
+    with open(KUBERNETES) as f:
+        docs = {d["kind"]: d for d in yaml.safe_load_all(f) if d}
+    cfg = yaml.safe_load(docs["ConfigMap"]["data"]["fencegate.yaml"])
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    fg = next(c for c in pod["containers"] if c["name"] == "fencegate")
+    ports = {p["name"]: p["containerPort"] for p in fg["ports"]}
+    assert ports["proxy"] == int(cfg["listen"].rsplit(":")[1])
+    assert ports["admin"] == int(cfg["admin"]["listen"].rsplit(":")[1])
+    assert fg["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    assert fg["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    assert cfg["upstream"]["url"].startswith("http://127.0.0.1:")
+    assert docs["Service"]["spec"]["ports"][0]["targetPort"] == "proxy"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in fg["volumeMounts"]}
+    data = volumes[mounts[cfg["storage"]["path"]]]
+    assert data["persistentVolumeClaim"]["claimName"] == docs["PersistentVolumeClaim"]["metadata"]["name"]
+    token_dir = os.path.dirname(cfg["admin"]["token_file"])
+    assert "secret" in volumes[mounts[token_dir]]
+    assert "/etc/fencegate/fencegate.yaml" in fg["args"]
+    assert "configMap" in volumes[mounts["/etc/fencegate"]]
+    assert docs["Deployment"]["spec"]["replicas"] == 1 or cfg["storage"]["engine"] == "etcd"
