@@ -1,6 +1,8 @@
 """The packaging files, checked without a container engine or a running
 systemd: the container image (docker/Dockerfile) copies only files that
-exist and builds with CI's script and CMake preset; the compose files parse
+exist and builds with CI's script and CMake preset (what it copies
+configures), and its final stage installs the package of every library the
+binary links; the compose files parse
 and name only files that exist; every shipped configuration passes
 `fencegate --check`; the systemd unit passes `systemd-analyze verify` and
 agrees with its configuration; the Kubernetes example's probes, ports and
@@ -143,6 +145,66 @@ def test_install_deps_modes():
     build, runtime = install_deps_list("BUILD_PACKAGES"), install_deps_list("RUNTIME_PACKAGES")
     assert "cmake" in build and "libsystemd-dev" in build, build
     assert "curl" in runtime and not any(p.endswith("-dev") for p in runtime), runtime
+
+
+def test_dockerfile_build_stage_configures(dockerfile, tmp_path):
+    """What the build stage copies, configured as its RUN line configures
+    it (no compiling): the preset and the options are accepted and the
+    copied folders are all the build needs."""
+    src = tmp_path / "src"  # the stage's WORKDIR, /src
+    src.mkdir()
+    for s, i, a in dockerfile:
+        if i != "COPY" or s != 0:
+            continue
+        dest = shlex.split(a)[-1]
+        dest = dest[len("/src/"):] if dest.startswith("/src/") else dest
+        for name in copy_sources(a):
+            path = os.path.join(ROOT, name)
+            if os.path.isdir(path):
+                shutil.copytree(path, src / dest)
+            else:
+                to = src / dest
+                if dest.endswith("/") or dest == ".":
+                    to = to / os.path.basename(name)
+                to.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, to)
+    run = next(a for s, i, a in dockerfile if i == "RUN" and s == 0 and "cmake --preset" in a)
+    configure = shlex.split(run.split("&&")[0])
+    r = subprocess.run(configure, cwd=src, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{' '.join(configure)}: exit {r.returncode}\n{r.stderr[-3000:]}"
+    assert (src / "build" / "build.ninja").is_file()
+
+
+@pytest.mark.skipif(shutil.which("dpkg") is None or shutil.which("readelf") is None,
+                    reason="not a Debian system with binutils (no dpkg or readelf)")
+def test_runtime_packages_hold_every_shared_library(fencegate_bin):
+    """Each shared library this build's binary links comes from a package
+    of install-deps.sh --runtime (or a package every Debian image has), so
+    the image's final stage can run it."""
+    runtime = set(install_deps_list("RUNTIME_PACKAGES")) | {"libc6", "libstdc++6", "libgcc-s1"}
+    # The libraries it names itself (apt brings theirs): readelf's NEEDED,
+    # where ldd finds each.
+    readelf = subprocess.run(["readelf", "-d", fencegate_bin], capture_output=True, text=True,
+                             timeout=60)
+    assert readelf.returncode == 0, readelf.stderr
+    needed = re.findall(r"\(NEEDED\).*\[(.+)\]", readelf.stdout)
+    ldd = subprocess.run(["ldd", fencegate_bin], capture_output=True, text=True, timeout=60)
+    assert ldd.returncode == 0, ldd.stderr
+    found = dict(re.findall(r"^\s*(\S+) => (/\S+)", ldd.stdout, re.M))
+    libs = [found[n] for n in needed if n in found]
+    assert libs, (readelf.stdout, ldd.stdout)
+    missing = []
+    for lib in libs:
+        real = os.path.realpath(lib)
+        owners = set()
+        for path in {lib, real, re.sub(r"^/lib/", "/usr/lib/", real)}:
+            r = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True, timeout=60)
+            if r.returncode == 0:
+                owners |= {o.strip().split(":")[0] for o in r.stdout.split(": ")[0].split(",")}
+        if not owners & runtime:
+            missing.append(f"{lib} ({', '.join(sorted(owners)) or 'no package'})")
+    assert not missing, ("docker/install-deps.sh's RUNTIME_PACKAGES lacks the package of: "
+                         + "; ".join(missing))
 
 
 def test_dockerfile_runtime_stage(dockerfile):
