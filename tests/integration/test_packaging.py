@@ -2,8 +2,8 @@
 systemd: the container image (docker/Dockerfile) copies only files that
 exist and builds with CI's script and CMake preset (what it copies
 configures), and its final stage installs the package of every library the
-binary links; the compose files parse
-and name only files that exist; every shipped configuration passes
+binary links, and its health check passes against its own configuration;
+the compose files parse and name only files that exist; every shipped configuration passes
 `fencegate --check`; the systemd unit passes `systemd-analyze verify` and
 agrees with its configuration; the Kubernetes example's probes, ports and
 mounts agree with its configuration; the Grafana dashboard queries only
@@ -20,7 +20,7 @@ import subprocess
 import pytest
 import yaml
 
-from fg_helpers import request
+from fg_helpers import Fencegate, request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKERFILE = os.path.join(ROOT, "docker", "Dockerfile")
@@ -231,6 +231,38 @@ def test_dockerfile_runtime_stage(dockerfile):
     tool = json.loads(health.split("CMD", 1)[1])[0]
     assert tool in install_deps_list("RUNTIME_PACKAGES") or tool == "/usr/bin/fencegate", \
         f"the HEALTHCHECK runs {tool}, which the runtime stage does not install"
+
+
+def test_dockerfile_healthcheck_passes_on_the_image_config(dockerfile, fencegate_bin, backend,
+                                                           tmp_path):
+    """The HEALTHCHECK's command, run as is against fencegate on the image's
+    configuration (its addresses on loopback port 0 and its store in a
+    temporary directory instead of the container's), succeeds; the same
+    command on a path the admin listener does not serve fails."""
+    final = max(s for s, _, _ in dockerfile)
+    health = next(a for s, i, a in dockerfile if i == "HEALTHCHECK" and s == final)
+    argv = json.loads(health.split("CMD", 1)[1])
+    with open(os.path.join(ROOT, "docker", "fencegate.yaml")) as f:
+        cfg = yaml.safe_load(f)
+    cfg["listen"], cfg["admin"]["listen"] = "127.0.0.1:0", "127.0.0.1:0"
+    cfg["storage"]["path"] = str(tmp_path / "data")
+    cfg["upstream"]["url"] = f"http://127.0.0.1:{backend.port}"
+    path = tmp_path / "image.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    gate = Fencegate(fencegate_bin, path, str(tmp_path), name="image").start()
+    try:
+        url = next(a for a in argv if a.startswith("http://"))
+        admin = f"http://{gate.listening['admin']}"
+        # Its own path, on the address this run's admin listener has.
+        own = admin + "/" + url.split("/", 3)[3]
+        ok = subprocess.run([a.replace(url, own) for a in argv],
+                            capture_output=True, text=True, timeout=60)
+        assert ok.returncode == 0, ok
+        bad = subprocess.run([a.replace(url, admin + "/no-such-path") for a in argv],
+                             capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0, bad
+    finally:
+        assert gate.stop() == 0
 
 
 # --------------------------------------------------------------------------
