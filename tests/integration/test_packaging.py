@@ -1,13 +1,13 @@
 """The packaging files, checked without a container engine or a running
 systemd: the container image (docker/Dockerfile) copies only files that
 exist and builds with CI's script and CMake preset (what it copies
-configures), and its final stage installs the package of every library the
+configures), its final stage installs the package of every library the
 binary links, and its health check passes against its own configuration;
-the compose files parse and name only files that exist; every shipped configuration passes
-`fencegate --check`; the systemd unit passes `systemd-analyze verify` and
-agrees with its configuration; the Kubernetes example's probes, ports and
-mounts agree with its configuration; the Grafana dashboard queries only
-metric names fencegate has."""
+the compose files parse and name only files that exist; every shipped
+configuration passes `fencegate --check`; the systemd unit passes
+`systemd-analyze verify` and agrees with its configuration; the Kubernetes
+example's probes, ports and mounts agree with its configuration; the
+Grafana dashboard queries only metric names fencegate has."""
 
 import glob
 import json
