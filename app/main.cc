@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/route_explain.h"
+#include "app/sd_notify.h"
 #include "app/server.h"
 #include "config/config.h"
 #include "config/secrets.h"
@@ -142,6 +143,7 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
     if (auto admin = server.admin_endpoint()) ready["admin"] = EndpointString(*admin);
     if (lock_server) ready["locks"] = EndpointString(lock_server->endpoint());
     std::cout << ready.dump() << std::endl;  // one line, flushed: tests wait on it
+    app::NotifyReady();  // systemd's Type=notify: the same moment
     if (options.engine == "etcd") {
       spdlog::info("fencegate {} proxying {} -> {} (store: etcd at {}, prefix {})",
                    FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()), cfg->upstream.url,

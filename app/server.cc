@@ -8,6 +8,7 @@
 #include <csignal>
 #include <thread>
 
+#include "app/sd_notify.h"
 #include "proxy/http_session.h"
 
 namespace fencegate::proxy {
@@ -168,6 +169,7 @@ void Server::BeginDrain() {
   if (draining_) return;
   draining_ = true;
   ctx_.draining.store(true);
+  app::NotifyStopping();
   proxy_listener_->Stop();
   if (admin_listener_) admin_listener_->Stop();
   // Close the idle keep-alive connections on every worker.

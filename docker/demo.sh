@@ -138,12 +138,7 @@ http {
   server {
     listen 127.0.0.1:$BACKEND_PORT;
     root $DEMO/www;
-    client_max_body_size 10m;
-    location / {
-      dav_methods PUT DELETE MKCOL;
-      create_full_put_path on;
-      dav_access user:rw group:r all:r;
-    }
+    include "$ROOT/docker/nginx-webdav.conf";
   }
 }
 EOF

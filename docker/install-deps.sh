@@ -4,20 +4,45 @@
 # already installed are skipped, and when nothing is missing apt is not
 # touched at all (no `apt-get update`, no network).
 #
-# Usage: bash docker/install-deps.sh        (as root, or with sudo available)
+# Usage: bash docker/install-deps.sh [--build | --runtime]
+#                                          (as root, or with sudo available)
+#   (no flag)   everything: build, tests, demo, lint (what CI and developers use)
+#   --build     only what building the fencegate binary needs (the container
+#               image's build stage: tests and benchmarks off)
+#   --runtime   only what running the built binary needs: its shared libraries
+#               and curl for health checks (the container image's final stage)
 set -euo pipefail
 
-PACKAGES=(
+# Building the binary: the compiler, CMake and the libraries' -dev packages.
+BUILD_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libboost1.81-all-dev librocksdb-dev nlohmann-json3-dev libyaml-cpp-dev
-  libspdlog-dev libcli11-dev libssl-dev openssl
-  libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
-  nginx curl python3 python3-pytest ca-certificates
+  libspdlog-dev libcli11-dev libssl-dev libsystemd-dev prometheus-cpp-dev
+)
+# Running the binary: the shared libraries it links (ldd build/app/fencegate;
+# RocksDB is linked statically, its compression libraries are not).
+RUNTIME_PACKAGES=(
+  libspdlog1.10 libfmt9 libyaml-cpp0.7 libssl3 libsystemd0
+  libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g
+  curl ca-certificates
+)
+# Tests, the demo, benchmarks and static analysis.
+DEV_PACKAGES=(
+  openssl
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nginx python3 python3-pytest python3-yaml
   etcd-server etcd-client redis-server zookeeperd python3-kazoo haproxy
   wrk linux-perf valgrind
   clang libclang-rt-14-dev clang-tidy cppcheck
   llvm  # /usr/bin/llvm-symbolizer: names the lines in ASan/UBSan/fuzzer reports
 )
+
+case "${1:-}" in
+  "") PACKAGES=("${BUILD_PACKAGES[@]}" "${RUNTIME_PACKAGES[@]}" "${DEV_PACKAGES[@]}") ;;
+  --build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  --runtime) PACKAGES=("${RUNTIME_PACKAGES[@]}") ;;
+  *) echo "install-deps: unknown argument '$1' (--build, --runtime or none)" >&2; exit 2 ;;
+esac
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
