@@ -12,7 +12,7 @@ PACKAGES=(
   libboost1.81-all-dev librocksdb-dev nlohmann-json3-dev libyaml-cpp-dev
   libspdlog-dev libcli11-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev
-  nginx curl python3 python3-pytest ca-certificates
+  nginx curl python3 python3-pytest python3-prometheus-client ca-certificates
   etcd-server etcd-client redis-server zookeeperd python3-kazoo haproxy
   wrk linux-perf valgrind
   clang libclang-rt-14-dev clang-tidy cppcheck
