@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 
@@ -61,6 +62,9 @@ struct PendingFence {
   // alive until the answer. Set before the Advance, moved out by the
   // answer, which the store gives exactly once (token_store.h).
   std::shared_ptr<PendingFence> until_answered;
+  // When the Advance (AdvanceAll) was made: its answer records the time
+  // (FenceFilter::advance_duration).
+  std::chrono::steady_clock::time_point advance_started;
 
   // A refusal (stale token, store error) is answered without waiting for the
   // key's turn: nothing will be forwarded. Shadow mode forwards those too.
@@ -169,6 +173,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // this thread). Delivery from here is always posted.
   auto on_answer = [raw = p.get()](const storage::Status& status, storage::Fence fence) {
     std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
+    p->filter.RecordAdvance(std::chrono::steady_clock::now() - p->advance_started);
     {
       std::lock_guard lock(p->mu);
       p->status = status;
@@ -219,6 +224,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // is never freed is better than one freed too early.
   auto advance = [this, &intent, &on_answer, &p] {
     p->until_answered = p;
+    p->advance_started = std::chrono::steady_clock::now();
     store_.Advance(intent.key, intent.token, on_answer);
   };
   // on_queued captures one reference: std::function keeps that in place,
@@ -247,6 +253,7 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
   // As Check's on_answer, with the verdict on every key.
   auto on_answer = [raw = p.get()](const storage::Status& status, storage::BatchFence batch) {
     std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
+    p->filter.RecordAdvance(std::chrono::steady_clock::now() - p->advance_started);
     {
       std::lock_guard lock(p->mu);
       p->status = status;
@@ -275,6 +282,7 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
   for (const std::string& extra : extra_keys) items.push_back({extra, intent.token});
   auto advance = [this, &items, &on_answer, &p] {
     p->until_answered = p;
+    p->advance_started = std::chrono::steady_clock::now();
     store_.AdvanceAll(std::move(items), on_answer);
   };
   queue_.AcquireAll(intent.key, extra_keys, p->executor, std::move(on_turn),
