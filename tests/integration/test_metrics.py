@@ -4,6 +4,7 @@ request counter must hold exactly what was sent; the text must parse as the
 Prometheus exposition format, and no label value may be a key, a path or a
 token."""
 
+import threading
 import time
 
 import pytest
@@ -232,3 +233,40 @@ def test_metrics_answers_get_only(gate):
     assert_json_error(r, 405, "method_not_allowed")
     r = request(gate.admin, "HEAD", "/metrics")
     assert r.status == 200 and r.body == b"", r
+
+
+def test_scrapes_while_requests_run_lose_no_count(make_gate, backend):
+    """The I/O threads count while the admin listener reads: every scrape
+    sees counts that only grow, and the last one all of them."""
+    gate = make_gate(routes=routes())
+    clients, each = 4, 40
+    errors = []
+
+    def client(c):
+        try:
+            with RawConnection(gate.proxy) as conn:
+                for i in range(each):
+                    conn.send("PUT", f"/objects/c{c}", [("Fencing-Token", str(i + 1))], b"x",
+                              close=False)
+                    r = conn.read_response()
+                    assert r.status in (200, 201), r
+        except Exception as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    last = 0
+    while any(t.is_alive() for t in threads):
+        _, families = scrape(gate)
+        now = requests_total(families)[("objects", "forwarded")]
+        assert now >= last
+        last = now
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    _, families = scrape_when(gate, lambda f: ended(f) >= clients * each, "every request")
+    assert requests_total(families)[("objects", "forwarded")] == clients * each
+    advances = samples(families, "fencegate_store_advance_duration_seconds",
+                       "fencegate_store_advance_duration_seconds_count")
+    assert advances == {frozenset(): clients * each}
