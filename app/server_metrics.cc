@@ -26,14 +26,19 @@ void AddStoreFamilies(const storage::StoreCounters& c, metrics::Families* out) {
                        static_cast<double>(c.requests), c.batches);
   metrics::AddCounter(out, "fencegate_store_writes_total",
                       "Records the store wrote (accepted changes).", static_cast<double>(c.writes));
-  metrics::AddCounter(out, "fencegate_store_syncs_total",
-                      "Durable writes (WAL fsync) that succeeded.", static_cast<double>(c.syncs));
   metrics::AddCounter(out, "fencegate_store_write_errors_total",
                       "Store writes that failed; their requests were refused (503).",
                       static_cast<double>(c.write_errors));
-  metrics::AddCounter(out, "fencegate_store_recoveries_total",
-                      "Times the store recovered from a failed write.",
-                      static_cast<double>(c.recoveries));
+  if (c.syncs) {
+    metrics::AddCounter(out, "fencegate_store_syncs_total",
+                        "Durable writes (WAL fsync) that succeeded.",
+                        static_cast<double>(*c.syncs));
+  }
+  if (c.recoveries) {
+    metrics::AddCounter(out, "fencegate_store_recoveries_total",
+                        "Times the store recovered from a failed write.",
+                        static_cast<double>(*c.recoveries));
+  }
 }
 
 void AddIdempotencyFamilies(const IdempotencyCounters& c, metrics::Families* out) {

@@ -87,8 +87,8 @@ std::optional<StoreCounters> RocksDbStore::Counters() const {
   return StoreCounters{.requests = s.requests,
                        .batches = s.batches,
                        .writes = s.writes,
-                       .syncs = s.syncs,
                        .write_errors = s.write_errors,
+                       .syncs = s.syncs,
                        .recoveries = s.reopens};
 }
 

@@ -85,14 +85,15 @@ Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes)
 class IdempotencyStore;
 
 // What an engine counted since it opened, for the metrics endpoint; each
-// count only grows. An engine that keeps a count names it here.
+// count only grows. The optional ones are counted only by an engine that
+// has such an event (the RocksDB engine's fsync and reopen).
 struct StoreCounters {
   uint64_t requests = 0;     // write requests decided (Advance, AdvanceAll, Raise, records)
   uint64_t batches = 0;      // group commits: the decisions written together, one write each
   uint64_t writes = 0;       // records written (accepted changes)
-  uint64_t syncs = 0;        // durable writes (fsync) that succeeded
   uint64_t write_errors = 0; // writes that failed (each refused its batch: 503)
-  uint64_t recoveries = 0;   // the engine recovered from a failed write
+  std::optional<uint64_t> syncs;       // durable writes (fsync) that succeeded
+  std::optional<uint64_t> recoveries;  // the engine recovered from a failed write
 };
 
 class TokenStore {

@@ -270,3 +270,22 @@ def test_scrapes_while_requests_run_lose_no_count(make_gate, backend):
     advances = samples(families, "fencegate_store_advance_duration_seconds",
                        "fencegate_store_advance_duration_seconds_count")
     assert advances == {frozenset(): clients * each}
+
+
+def test_the_etcd_engine_counts_its_writes(make_gate, backend, etcd):
+    storage = {"engine": "etcd",
+               "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", "timeout": "2s"}}
+    gate = make_gate(routes=routes(), storage=storage)
+    for token in (5, 6):
+        assert gate.put("/objects/e", token).status in (200, 201)
+    assert_json_error(gate.put("/objects/e", 4), 409, "stale_token")
+    _, families = scrape_when(gate, lambda f: ended(f) >= 3, "3 requests ended")
+    # One request at a time: each check-and-advance is a transaction of its own.
+    assert single(families, "fencegate_store_requests") == 3
+    assert samples(families, "fencegate_store_batch_size", "fencegate_store_batch_size_count") \
+        == {frozenset(): 3}
+    assert single(families, "fencegate_store_writes") == 2  # the stale one wrote nothing
+    assert single(families, "fencegate_store_write_errors") == 0
+    # etcd makes its writes durable itself: no fsync or reopen of ours to count.
+    assert "fencegate_store_syncs" not in families
+    assert "fencegate_store_recoveries" not in families
