@@ -26,6 +26,8 @@ constexpr std::string_view kIdempotencyPath = "/v1/idempotency";
 constexpr std::string_view kIdempotencyPrefix = "/v1/idempotency/";
 constexpr size_t kMaxAdminBody = size_t{64} * 1024;
 constexpr size_t kHeadReadSize = size_t{64} * 1024;  // the most a head read asks for
+// The Prometheus text exposition format, version 0.0.4.
+constexpr std::string_view kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
 
 // The records' clock, as the idempotency gates read it.
 int64_t NowMs() {
@@ -122,6 +124,7 @@ void AdminSession::Handle() {
     return Send(MakeJson(http::status::ok, {{"status", "ok"}}));
   }
   if (target == "/readyz") return HandleReady();
+  if (target == "/metrics" && ctx_.metrics) return HandleMetrics();
   if (target == "/v1/test/store-faults" && ctx_.set_faults) return HandleFaults();
   if (target == kIdempotencyPath) return HandleIdempotencyCounters();
   if (target.substr(0, kIdempotencyPrefix.size()) == kIdempotencyPrefix) {
@@ -303,6 +306,18 @@ void AdminSession::HandleIdempotencyRecord() {
         json body = IdempotencyRecordJson(route, key, scoped, *record);
         SendFromStore(std::move(self), MakeJson(http::status::ok, body));
       });
+}
+
+void AdminSession::HandleMetrics() {
+  const auto& req = parser_->get();
+  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
+  }
+  Reply r{http::status::ok, req.version()};
+  r.set(http::field::content_type, kMetricsContentType);
+  r.body() = ctx_.metrics();
+  r.prepare_payload();
+  Send(std::move(r));
 }
 
 void AdminSession::HandleReady() {

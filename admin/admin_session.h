@@ -5,6 +5,7 @@
 //
 //   GET  /healthz                 process is up
 //   GET  /readyz                  store healthy and upstream accepting TCP
+//   GET  /metrics                 Prometheus text format 0.0.4
 //   GET  /v1/keys/{key}           {"key","token"} or 404
 //   POST /v1/keys/{key}/fence     {"token": N}, bearer token: raise to >= N;
 //                                 a barrier for writes already queued
@@ -51,6 +52,8 @@ struct AdminContext {
   storage::IdempotencyStore* idempotency = nullptr;
   // What the proxy's idempotency gates counted; nullptr: nothing (zeros).
   const IdempotencyCounters* idempotency_counters = nullptr;
+  // The metrics endpoint's text (metrics/exposition.h); empty: 404.
+  std::function<std::string()> metrics;
   // Set only with --enable-test-faults: installs injected store faults.
   std::function<void(const storage::FaultSpec&)> set_faults;
   std::unordered_set<AdminSession*> sessions;      // live sessions (admin thread only)
@@ -73,6 +76,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   void HandleIdempotencyCounters();
   void HandleIdempotencyRecord();
   void HandleReady();
+  void HandleMetrics();
   bool Authorized();  // sends 401/403 itself when not
   void Send(Reply reply);  // on the session's executor
   // For store handlers, which run on the store's thread: moves `self` and

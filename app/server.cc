@@ -75,6 +75,7 @@ bool Server::Start(std::string* error) {
   auto router = Router::Build(config_->routes, error);
   if (!router) return false;
   ctx_.router = std::move(router);
+  WireMetrics();
   if (std::any_of(config_->routes.begin(), config_->routes.end(),
                   [](const config::RouteConfig& r) { return r.idempotency.has_value(); })) {
     ctx_.idempotency = store_.Idempotency();

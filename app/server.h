@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "fence/fence_filter.h"
 #include "fence/key_queue.h"
+#include "metrics/exposition.h"
 #include "net/listener.h"
 #include "proxy/proxy_context.h"
 #include "storage/token_store.h"
@@ -50,6 +51,8 @@ class Server {
   void BeginDrain();
   void CheckDrained();
   void StopAll();
+  // The metrics endpoint's sources (server_metrics.cc), once the router is built.
+  void WireMetrics();
 
   std::shared_ptr<const config::Config> config_;
   tls::Contexts tls_;
@@ -58,6 +61,7 @@ class Server {
   FenceFilter fence_;
   ProxyContext ctx_;
   AdminContext admin_ctx_;
+  metrics::Exposition exposition_;  // read by the admin listener (GET /metrics)
   std::vector<std::unique_ptr<boost::asio::io_context>> iocs_;
   std::vector<std::unique_ptr<Worker>> workers_;
   // Keep every io_context running until StopAll; after that each run()

@@ -23,14 +23,14 @@ BUILD_PACKAGES=(
 # RocksDB is linked statically, its compression libraries are not).
 RUNTIME_PACKAGES=(
   libspdlog1.10 libfmt9 libyaml-cpp0.7 libssl3 libsystemd0
-  libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g
+  libsnappy1v5 liblz4-1 libzstd1 libbz2-1.0 zlib1g libprometheus-cpp-core1.0
   curl ca-certificates
 )
 # Tests, the demo, benchmarks and static analysis.
 DEV_PACKAGES=(
   openssl
   libgtest-dev libgmock-dev libbenchmark-dev
-  nginx python3 python3-pytest python3-yaml
+  nginx python3 python3-pytest python3-yaml python3-prometheus-client
   etcd-server etcd-client redis-server zookeeperd python3-kazoo haproxy
   wrk linux-perf valgrind
   clang libclang-rt-14-dev clang-tidy cppcheck

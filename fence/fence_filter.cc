@@ -36,10 +36,6 @@ struct PendingFence {
   const boost::asio::any_io_executor executor;
   FenceFilter::Handler handler;  // moved out by Deliver
 
-  // When the check-and-advance began (set before the store call, then read
-  // only); only with FenceFilter::forward_within.
-  FenceFilter::Clock::time_point advanced_at;
-
   std::mutex mu;
   KeyLease lease;            // guarded by mu; held once the turn came
   bool answered = false;     // guarded by mu; status and fence are set
@@ -67,6 +63,10 @@ struct PendingFence {
   // alive until the answer. Set before the Advance, moved out by the
   // answer, which the store gives exactly once (token_store.h).
   std::shared_ptr<PendingFence> until_answered;
+  // When the Advance (AdvanceAll) was made (set before the store call, then
+  // read only): its answer records the time (FenceFilter::advance_duration),
+  // and forward_within counts from it.
+  std::chrono::steady_clock::time_point advance_started;
 
   // A refusal (stale token, store error) is answered without waiting for the
   // key's turn: nothing will be forwarded. Shadow mode forwards those too.
@@ -79,7 +79,7 @@ struct PendingFence {
   FenceFilter::Clock::duration Overdue() const {
     const FenceFilter::Clock::duration limit = filter.forward_within();
     if (limit == FenceFilter::Clock::duration::zero()) return limit;
-    const FenceFilter::Clock::duration waited = FenceFilter::Clock::now() - advanced_at;
+    const FenceFilter::Clock::duration waited = FenceFilter::Clock::now() - advance_started;
     return waited > limit ? waited : FenceFilter::Clock::duration::zero();
   }
 
@@ -204,6 +204,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // this thread). Delivery from here is always posted.
   auto on_answer = [raw = p.get()](const storage::Status& status, storage::Fence fence) {
     std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
+    p->filter.RecordAdvance(std::chrono::steady_clock::now() - p->advance_started);
     {
       std::lock_guard lock(p->mu);
       p->status = status;
@@ -256,7 +257,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // is never freed is better than one freed too early.
   auto advance = [this, &intent, &on_answer, &p] {
     p->until_answered = p;
-    if (forward_within_ != Clock::duration::zero()) p->advanced_at = Clock::now();
+    p->advance_started = std::chrono::steady_clock::now();
     store_.Advance(intent.key, intent.token, on_answer);
   };
   // on_queued captures one reference: std::function keeps that in place,
@@ -285,6 +286,7 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
   // As Check's on_answer, with the verdict on every key.
   auto on_answer = [raw = p.get()](const storage::Status& status, storage::BatchFence batch) {
     std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
+    p->filter.RecordAdvance(std::chrono::steady_clock::now() - p->advance_started);
     {
       std::lock_guard lock(p->mu);
       p->status = status;
@@ -313,7 +315,7 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
   for (const std::string& extra : extra_keys) items.push_back({extra, intent.token});
   auto advance = [this, &items, &on_answer, &p] {
     p->until_answered = p;
-    if (forward_within_ != Clock::duration::zero()) p->advanced_at = Clock::now();
+    p->advance_started = std::chrono::steady_clock::now();
     store_.AdvanceAll(std::move(items), on_answer);
   };
   queue_.AcquireAll(intent.key, extra_keys, p->executor, std::move(on_turn),

@@ -18,6 +18,7 @@
 #include "fence/classify.h"
 #include "fence/handoff.h"
 #include "fence/key_queue.h"
+#include "metrics/histogram.h"
 #include "net/replies.h"
 #include "storage/token_store.h"
 
@@ -94,6 +95,12 @@ class FenceFilter {
   uint64_t shadow_violations() const { return shadow_violations_.load(); }
   void CountShadowViolation() { shadow_violations_.fetch_add(1, std::memory_order_relaxed); }
 
+  // The time of each check-and-advance, from the store call to its answer
+  // (fsync and the wait for the store's writer included); the store's
+  // answers come on its threads, any of them.
+  void RecordAdvance(metrics::LatencyHistogram::Duration d) { advance_duration_.RecordShared(d); }
+  const metrics::LatencyHistogram& advance_duration() const { return advance_duration_; }
+
  private:
   // Check for a write with extra keys.
   void CheckSeveral(const WriteIntent& intent, boost::asio::any_io_executor executor,
@@ -103,6 +110,7 @@ class FenceFilter {
   KeyQueue& queue_;
   const Clock::duration forward_within_;
   std::atomic<uint64_t> shadow_violations_{0};
+  metrics::LatencyHistogram advance_duration_;
 };
 
 }  // namespace fencegate::proxy

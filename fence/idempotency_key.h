@@ -77,7 +77,7 @@ std::string IdempotencyHeadDigest(std::string_view method, std::string_view path
                                   std::string_view destination, std::string_view scope);
 
 // What the idempotency gates of one server counted (proxy/idempotency_gate.h),
-// which the admin listener shows (the metrics endpoint's, when it exists).
+// which the admin listener shows (GET /v1/idempotency, and GET /metrics).
 // Relaxed atomics: counts, not synchronisation.
 struct IdempotencyCounters {
   std::atomic<uint64_t> executions{0};  // reserved: the request ran (or was sent to)

@@ -332,8 +332,28 @@ void HttpSession::DoDiscardBody() {
 void HttpSession::EndRequest() {
   if (!in_request_) return;
   in_request_ = false;
-  AccessLog();
+  const Clock::time_point now = Clock::now();
+  CountRequest(now);
+  AccessLog(now);
   ctx_.requests_in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void HttpSession::CountRequest(Clock::time_point now) {
+  std::optional<metrics::Outcome> outcome = metrics::OutcomeOf(record_.outcome);
+  if (!outcome) return;  // every outcome the session sets has a name there (request_metrics.h)
+  // Route slot i + 1 is routes[i]: the router keeps the config's routes, in order.
+  size_t slot = 0;
+  if (intent_.route != nullptr) {
+    slot = static_cast<size_t>(intent_.route - ctx_.router->routes().data()) + 1;
+    if (slot >= worker_.metrics.route_slots()) slot = 0;
+  }
+  std::optional<Clock::duration> upstream;
+  if (record_.upstream_started != Clock::time_point{} &&
+      record_.upstream_ended >= record_.upstream_started) {
+    upstream = record_.upstream_ended - record_.upstream_started;
+  }
+  worker_.metrics.Count(slot, *outcome, !intent_.shadow_violation.empty(), now - record_.started,
+                        upstream);
 }
 
 void HttpSession::FinishRequest(bool keep_alive) {
@@ -397,12 +417,12 @@ void HttpSession::Close() {
   stream_.socket().close(ignored);
 }
 
-void HttpSession::AccessLog() {
+void HttpSession::AccessLog(Clock::time_point now) {
   if (!config_.log.access_log) return;
   std::string_view method;
   if (req_parser_) method = req_parser_->get().method_string();
   spdlog::get("access")->info(AccessLogLine(record_, request_id_, client_ip_, method, target_.path,
-                                            intent_, Clock::now()));
+                                            intent_, now));
 }
 
 }  // namespace fencegate::proxy

@@ -102,9 +102,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // Endings.
   // The response went whole: the next request, a close, or a move.
   void FinishRequest(bool keep_alive);
-  void EndRequest();  // access log and in-flight count, once per request
+  void EndRequest();  // metrics, access log and in-flight count, once per request
   void Close();
-  void AccessLog();
+  // The worker's RequestShard: the request's route, outcome and durations.
+  void CountRequest(Clock::time_point now);
+  void AccessLog(Clock::time_point now);
 
   // The worker's concrete executor type, as the pool's connections; TLS when
   // the listener has tls:.

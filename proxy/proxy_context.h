@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "fence/fence_filter.h"
 #include "fence/router.h"
+#include "metrics/request_metrics.h"
 #include "net/client_limit.h"
 #include "net/deadline.h"
 #include "proxy/idempotency_gate.h"
@@ -56,19 +57,22 @@ inline std::chrono::milliseconds SessionSweepInterval(const config::Config& conf
 }
 
 // Per worker thread: its io_context, its upstream pool, its sessions and
-// their timeouts' sweep. Only the worker's own thread touches these (no
-// locks needed).
+// their timeouts' sweep, and what its requests counted. Only the worker's
+// own thread touches these (no locks needed); the metrics endpoint reads the
+// counters, which are relaxed atomics.
 struct Worker {
   boost::asio::io_context& ioc;
   UpstreamPool pool;
   std::unordered_set<HttpSession*> sessions;  // live sessions, for draining and the sweep
   DeadlineSweep sweep;                        // started by a session, stops when none is left
+  metrics::RequestShard metrics;              // one slot per route of config.routes, plus none
   Worker(boost::asio::io_context& io, const config::Config& config,
          boost::asio::ssl::context* upstream_tls = nullptr)
       : ioc(io),
         pool(io, config.upstream, upstream_tls),
         sweep(io, SessionSweepInterval(config),
-              [this](Deadline::Clock::time_point now) { return SweepSessions(*this, now); }) {}
+              [this](Deadline::Clock::time_point now) { return SweepSessions(*this, now); }),
+        metrics(config.routes.size()) {}
 };
 
 }  // namespace fencegate::proxy

@@ -76,7 +76,11 @@ UpstreamPool::Connection UpstreamPool::TakeIdle(bool probe) {
     Clock::time_point since = idle_.back().since;
     idle_.pop_back();
     if (!now) now = Clock::now();
-    if ((!probe && *now - since < kProbeAfter) || LooksAlive(*c)) return c;
+    if ((!probe && *now - since < kProbeAfter) || LooksAlive(*c)) {
+      Bump(counters_.reused);
+      return c;
+    }
+    Bump(counters_.dropped);
     beast::error_code ignored;
     c->socket().close(ignored);
   }
@@ -130,6 +134,13 @@ UpstreamPool::Connection UpstreamPool::Adopt(HandedConnection handed, beast::err
 }
 
 void UpstreamPool::Connect(Handler handler) {
+  // Counted when the connect (and a TLS handshake) ends; connects are the
+  // rare case, so the wrapper costs what reuse does not.
+  handler = [this, handler = std::move(handler)](beast::error_code ec, Connection c,
+                                                  bool reused) mutable {
+    Bump(ec ? counters_.connect_failures : counters_.opened);
+    handler(ec, std::move(c), reused);
+  };
   auto stream =
       std::make_shared<Connection>(std::make_unique<Stream>(Tcp(ioc_), tls_));
   (*stream)->expires_after(config_.connect_timeout);  // the TLS handshake included

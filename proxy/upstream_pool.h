@@ -20,7 +20,9 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -88,6 +90,16 @@ class UpstreamPool final : public Courier {
   void PruneDead();
 
   size_t idle() const { return idle_.size(); }
+
+  // What the pool counted since it started. Written by the pool's thread
+  // only, read by the metrics endpoint from any thread.
+  struct Counters {
+    std::atomic<uint64_t> opened{0};            // new connections, TLS handshake included
+    std::atomic<uint64_t> connect_failures{0};  // connects (or handshakes) that failed
+    std::atomic<uint64_t> reused{0};            // idle connections handed out again
+    std::atomic<uint64_t> dropped{0};           // idle connections found closed or dirty
+  };
+  const Counters& counters() const { return counters_; }
   // Closes every idle connection, and from now on every released one
   // (shutdown).
   void Clear();
@@ -107,6 +119,10 @@ class UpstreamPool final : public Courier {
   void Connect(Handler handler);
   void Handshake(const std::shared_ptr<Connection>& stream, Handler handler);
   static bool LooksAlive(Stream& stream) { return Peek(stream) == Unread::kNothing; }
+  // One writer (the pool's thread): a plain load and store.
+  static void Bump(std::atomic<uint64_t>& a) {
+    a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   // Closes the idle connections beyond the limit that have been idle for
   // kBurstGrace, and waits for the next one to reach it while any remain.
   void TrimExcess();
@@ -123,6 +139,7 @@ class UpstreamPool final : public Courier {
   boost::asio::steady_timer trim_timer_;
   bool trim_pending_ = false;
   bool cleared_ = false;
+  Counters counters_;
 };
 
 }  // namespace fencegate::proxy

@@ -96,6 +96,7 @@ int64_t EtcdStore::LeaseFor(int64_t expires_ms, int64_t now_ms, Status* status) 
 }
 
 void EtcdStore::RunRecord(Record& call) {
+  if (call.kind != Record::Kind::kLookup) counts_.requests.fetch_add(1, std::memory_order_relaxed);
   std::string name = options_.prefix;
   name.append("i/").append(call.key);
   const std::string key64 = EtcdClient::Base64(name);
@@ -159,6 +160,7 @@ void EtcdStore::RunRecord(Record& call) {
                               {{"compare", json::array({compare})}, {"success", json::array({op})}},
                               &written, true);
     SetHealth(status);
+    CountWrite(0, status, status.ok() && Succeeded(written) ? 1 : 0);
     if (status.code() == Status::Code::kNotFound) {
       // The lease ran out under us (etcd answers "requested lease not
       // found"): grant another and decide again.

@@ -207,7 +207,23 @@ void EtcdStore::Lane() {
   }
 }
 
+void EtcdStore::CountWrite(size_t requests, const Status& status, size_t written) {
+  counts_.requests.fetch_add(requests, std::memory_order_relaxed);
+  counts_.batches.fetch_add(1, std::memory_order_relaxed);
+  counts_.writes.fetch_add(written, std::memory_order_relaxed);
+  if (!status.ok()) counts_.write_errors.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::optional<StoreCounters> EtcdStore::Counters() const {
+  return StoreCounters{.requests = counts_.requests.load(std::memory_order_relaxed),
+                       .batches = counts_.batches.load(std::memory_order_relaxed),
+                       .writes = counts_.writes.load(std::memory_order_relaxed),
+                       .write_errors = counts_.write_errors.load(std::memory_order_relaxed)};
+}
+
 void EtcdStore::RunBatch(std::vector<Single>& batch) {
+  size_t requests = 0;  // Advance and Raise: the batch's writes
+  size_t written = 0;   // of them, those that stored their token
   json ops = json::array();
   std::vector<std::string> keys64;
   keys64.reserve(batch.size());
@@ -217,6 +233,7 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
       ops.push_back(Range(keys64.back()));
     } else {
       ops.push_back(AdvanceTxn(keys64.back(), EtcdClient::Base64(EncodeToken(call.token))));
+      ++requests;
     }
   }
   json response;
@@ -257,12 +274,14 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
     Fence fence;
     if (Succeeded(created)) {
       fence = {true, call.token};
+      ++written;
     } else {
       const json& inner = created.value("responses", json::array());
       const json raised = inner.empty() ? json::object()
                                         : inner[0].value("response_txn", json::object());
       if (Succeeded(raised)) {
         fence = {true, call.token};
+        ++written;
       } else {
         const json& read = raised.value("responses", json::array());
         std::optional<uint64_t> stored;
@@ -277,9 +296,11 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
     }
     call.fence(Status::Ok(), fence);
   }
+  if (requests > 0) CountWrite(requests, status, written);
 }
 
 void EtcdStore::RunSeveral(Several& call) {
+  counts_.requests.fetch_add(1, std::memory_order_relaxed);
   const size_t n = call.items.size();
   std::vector<std::string> keys64(n);
   for (size_t i = 0; i < n; ++i) keys64[i] = EtcdClient::Base64(KeyOf(call.items[i].key));
@@ -335,6 +356,7 @@ void EtcdStore::RunSeveral(Several& call) {
     status = transport_->Call("/v3/kv/txn", {{"compare", compares}, {"success", puts}},
                               &written, true);
     SetHealth(status);
+    CountWrite(0, status, status.ok() && Succeeded(written) ? puts.size() : 0);
     if (!status.ok()) break;
     if (!Succeeded(written)) continue;  // another replica wrote one of them: again
     result.accepted = true;

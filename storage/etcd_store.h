@@ -29,6 +29,7 @@
 // records by itself; until it has, they are treated as absent, as the
 // caller's clock says.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -94,6 +95,9 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   // The result of the last call to etcd (or of the lane's probe while
   // idle, every probe_interval): Unavailable while etcd does not answer.
   Status Health() const override;
+  // Write requests decided, transactions that wrote them (a batch of
+  // single-key calls is one), keys written and failed write transactions.
+  std::optional<StoreCounters> Counters() const override;
   // Decides what is queued, then stops the lane. Idempotent.
   Status Close() override;
 
@@ -151,6 +155,16 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   std::map<int64_t, int64_t> leases_;  // lane only: minute of expiry -> lease id
   std::mutex close_mu_;
   bool closed_ = false;      // guarded by close_mu_
+  // Counters() reads them from any thread; the lane alone writes them.
+  struct Counts {
+    std::atomic<uint64_t> requests{0};
+    std::atomic<uint64_t> batches{0};
+    std::atomic<uint64_t> writes{0};
+    std::atomic<uint64_t> write_errors{0};
+  } counts_;
+  // A write transaction of `requests` calls: its outcome, and how many
+  // keys it wrote.
+  void CountWrite(size_t requests, const Status& status, size_t written);
 };
 
 }  // namespace fencegate::storage

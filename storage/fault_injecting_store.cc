@@ -266,6 +266,10 @@ Status FaultInjectingStore::Health() const {
   return impl_->base->Health();
 }
 
+std::optional<StoreCounters> FaultInjectingStore::Counters() const {
+  return impl_->base->Counters();
+}
+
 Status FaultInjectingStore::Close() {
   if (std::this_thread::get_id() == impl_->timer_id) {
     return Status::InvalidArgument(

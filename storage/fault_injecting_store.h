@@ -60,6 +60,8 @@ class FaultInjectingStore : public TokenStore, public IdempotencyStore {
   // IoError("injected fault") while fail_writes or fail_reads is set (a delay
   // alone is not a fault); otherwise the base's Health().
   Status Health() const override;
+  // The base's.
+  std::optional<StoreCounters> Counters() const override;
   // Stops accepting operations (they answer Unavailable at once), closes the
   // base (which answers its queue), then runs every pending delayed
   // completion at once without waiting out its delay, and stops the timer

@@ -82,6 +82,16 @@ void RocksDbStore::SubmitRead(ReadRequest request) {
   request.handler(rejected, std::nullopt);
 }
 
+std::optional<StoreCounters> RocksDbStore::Counters() const {
+  StoreStats s = stats();
+  return StoreCounters{.requests = s.requests,
+                       .batches = s.batches,
+                       .writes = s.writes,
+                       .write_errors = s.write_errors,
+                       .syncs = s.syncs,
+                       .recoveries = s.reopens};
+}
+
 Status RocksDbStore::Health() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (lane_.closing) return Status::Unavailable("token store is closed");

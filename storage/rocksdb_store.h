@@ -171,6 +171,8 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
 
   // A snapshot of the counters. Thread-safe, never blocks on I/O.
   StoreStats stats() const;
+  // stats(), in the engines' common terms.
+  std::optional<StoreCounters> Counters() const override;
 
   // Entries in the memtable being filled (RocksDB's
   // rocksdb.num-entries-active-mem-table): one per key written since the

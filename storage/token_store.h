@@ -84,6 +84,18 @@ Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes)
 
 class IdempotencyStore;
 
+// What an engine counted since it opened, for the metrics endpoint; each
+// count only grows. The optional ones are counted only by an engine that
+// has such an event (the RocksDB engine's fsync and reopen).
+struct StoreCounters {
+  uint64_t requests = 0;     // write requests decided (Advance, AdvanceAll, Raise, records)
+  uint64_t batches = 0;      // group commits: the decisions written together, one write each
+  uint64_t writes = 0;       // records written (accepted changes)
+  uint64_t write_errors = 0; // writes that failed (each refused its batch: 503)
+  std::optional<uint64_t> syncs;       // durable writes (fsync) that succeeded
+  std::optional<uint64_t> recoveries;  // the engine recovered from a failed write
+};
+
 class TokenStore {
  public:
   using FenceHandler = std::function<void(const Status&, Fence)>;
@@ -125,6 +137,9 @@ class TokenStore {
   // The engine's idempotency records (idempotency_store.h), or nullptr for
   // an engine that keeps none. The pointer lives as long as the store.
   virtual IdempotencyStore* Idempotency() { return nullptr; }
+  // A snapshot of the engine's counters, or nullopt for an engine that keeps
+  // none. Thread-safe, never blocks on I/O.
+  virtual std::optional<StoreCounters> Counters() const { return std::nullopt; }
 
   // Cheap readiness probe: ok while the store can serve reads and writes.
   // Does not block on I/O (reports the last known state).
