@@ -287,3 +287,26 @@ def test_no_connection_or_write_lost_while_reloading_under_load(gate, backend, t
     missing = [a for a in acked if a not in recorded]
     assert missing == [], f"{len(missing)} acknowledged writes never reached the backend: " \
                           f"{missing[:10]}"
+
+
+def test_idempotency_keys_switch_on_and_off_with_a_reload(gate, backend, tmp_path):
+    def post(key):
+        return gate.put("/pay/1", method="POST", body=b"amount=5",
+                        headers=[("Idempotency-Key", key)])
+
+    pay = {"name": "pay", "path_prefix": "/pay/", "mode": "off"}
+    rewrite(gate, backend, tmp_path, routes=[pay])
+    assert reload_by_admin(gate).status == 200
+    assert post("k1").header("Idempotent-Replayed") is None
+    assert post("k1").header("Idempotent-Replayed") is None
+    rewrite(gate, backend, tmp_path, routes=[dict(pay, idempotency="1h")])
+    assert reload_by_admin(gate).status == 200
+    first = post("k2")
+    assert ok(first) and first.header("Idempotent-Replayed") is None, first
+    assert post("k2").header("Idempotent-Replayed") == "true"
+    # The admin listener sees the new route's records too.
+    r = gate.admin_post("/v1/idempotency/pay/k2", b"", method="GET")
+    assert r.status == 200, r
+    rewrite(gate, backend, tmp_path, routes=[pay])
+    assert reload_by_admin(gate).status == 200
+    assert post("k2").header("Idempotent-Replayed") is None
