@@ -53,11 +53,12 @@ void AdminSession::Close() {
 }
 
 void AdminSession::DoRead() {
+  config_ = ctx_.config();
   parser_.emplace();
   head_request_ = false;
   head_bytes_ = 0;  // PutHead sets the parser's header_limit
   parser_->body_limit(kMaxAdminBody);
-  stream_.expires_after(ctx_.config->limits.header_timeout);  // every read of this request
+  stream_.expires_after(config_->limits.header_timeout);  // every read of this request
   ReadHead();
 }
 
@@ -65,7 +66,7 @@ void AdminSession::ReadHead() {
   // The head is read here, not by http::async_read, so that
   // limits.max_header_bytes bounds all of it (head_limit.h).
   beast::error_code ec;
-  if (PutHead(*parser_, buffer_, ctx_.config->limits.max_header_bytes, &head_bytes_, ec)) {
+  if (PutHead(*parser_, buffer_, config_->limits.max_header_bytes, &head_bytes_, ec)) {
     if (ec || parser_->is_done()) return OnRead(ec);
     return http::async_read(
         stream_, buffer_, *parser_,
@@ -97,7 +98,7 @@ void AdminSession::OnRead(beast::error_code ec) {
     if (ec == http::error::header_limit) {
       return Send(MakeError(http::status::request_header_fields_too_large, "headers_too_large",
                             "the request head is larger than limits.max_header_bytes (" +
-                                std::to_string(ctx_.config->limits.max_header_bytes) + ")"));
+                                std::to_string(config_->limits.max_header_bytes) + ")"));
     }
     if (ec == http::error::body_limit) {
       return Send(MakeError(http::status::payload_too_large, "body_too_large",
@@ -113,6 +114,7 @@ void AdminSession::OnRead(beast::error_code ec) {
 }
 
 void AdminSession::Handle() {
+  config_ = ctx_.config();  // a reload while the head was read counts
   const auto& req = parser_->get();
   std::string_view target = req.target();
   std::string key;
@@ -126,6 +128,7 @@ void AdminSession::Handle() {
   if (target == "/readyz") return HandleReady();
   if (target == "/metrics" && ctx_.metrics) return HandleMetrics();
   if (target == "/v1/test/store-faults" && ctx_.set_faults) return HandleFaults();
+  if (target == "/v1/reload" && ctx_.reload) return HandleReload();
   if (target == kIdempotencyPath) return HandleIdempotencyCounters();
   if (target.substr(0, kIdempotencyPrefix.size()) == kIdempotencyPrefix) {
     return HandleIdempotencyRecord();
@@ -155,7 +158,7 @@ bool AdminSession::Authorized() {
     Send(MakeError(http::status::bad_request, "bad_request", "more than one Authorization header"));
     return false;
   }
-  const std::string& token = ctx_.config->admin.token;
+  const std::string& token = config_->admin.token;
   if (token.empty()) {
     Send(MakeError(http::status::forbidden, "admin_writes_disabled",
                    "admin writes are disabled: set admin.token, admin.token_file or "
@@ -238,6 +241,26 @@ void AdminSession::HandleFaults() {
   Send(MakeJson(http::status::ok, body));
 }
 
+void AdminSession::HandleReload() {
+  if (parser_->get().method() != http::verb::post) {
+    return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use POST"));
+  }
+  if (!Authorized()) return;
+  // On this thread, as SIGHUP's reload: one at a time.
+  ReloadOutcome outcome = ctx_.reload();
+  if (!outcome.applied) {
+    json extra = {{"source", outcome.source}};
+    if (!outcome.fields.empty()) extra["fields"] = outcome.fields;
+    // Stopping is no fault of the file.
+    const http::status status = outcome.error == "draining" ? http::status::service_unavailable
+                                                            : http::status::unprocessable_entity;
+    return Send(MakeError(status, outcome.error, outcome.message, extra));
+  }
+  Send(MakeJson(http::status::ok, {{"status", "reloaded"},
+                                   {"source", outcome.source},
+                                   {"routes", outcome.routes}}));
+}
+
 void AdminSession::HandleIdempotencyCounters() {
   if (parser_->get().method() != http::verb::get) {
     return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
@@ -263,7 +286,7 @@ void AdminSession::HandleIdempotencyRecord() {
                           "?scope=S, each part percent-encoded and {route} and {key} one path "
                           "segment each"));
   }
-  const auto& routes = ctx_.config->routes;
+  const auto& routes = config_->routes;
   auto found = std::find_if(routes.begin(), routes.end(),
                             [&](const config::RouteConfig& r) { return r.name == t.route; });
   if (found == routes.end()) {
@@ -329,8 +352,8 @@ void AdminSession::HandleReady() {
   // The upstream is ready when it accepts a TCP connection in time.
   auto resolver = std::make_shared<tcp::resolver>(stream_.get_executor());
   auto probe = std::make_shared<beast::tcp_stream>(stream_.get_executor());
-  probe->expires_after(ctx_.config->upstream.connect_timeout);
-  const auto& up = ctx_.config->upstream;
+  probe->expires_after(config_->upstream.connect_timeout);
+  const auto& up = config_->upstream;
   resolver->async_resolve(
       up.host, std::to_string(up.port),
       [self = shared_from_this(), resolver, probe](

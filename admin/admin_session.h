@@ -14,6 +14,8 @@
 //                                 bearer token: what the store keeps for an
 //                                 idempotency key (never a stored body or
 //                                 header value)
+//   POST /v1/reload               bearer token: reads the configuration file
+//                                 again and applies it, or answers why not
 //   PUT  /v1/test/store-faults    only with --enable-test-faults (bearer)
 //
 // {key}, {route} and S are percent-encoded, {key} and {route} as one path
@@ -27,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "admin/admin_request.h"
 #include "config/config.h"
@@ -41,8 +44,24 @@ namespace fencegate::proxy {
 
 class AdminSession;
 
+// What a reload did (POST /v1/reload, SIGHUP).
+struct ReloadOutcome {
+  bool applied = false;
+  // Refused: "invalid_config" (the file does not load or validate) or
+  // "restart_required" (it changes a field bound at start).
+  std::string error;
+  std::string message;              // what the log says, too
+  std::vector<std::string> fields;  // restart_required: one message per field
+  std::string source;               // the file read
+  size_t routes = 0;                // applied: the new configuration's routes
+};
+
 struct AdminContext {
-  std::shared_ptr<const config::Config> config;
+  // The running configuration (a reload replaces it); on the admin thread.
+  std::function<std::shared_ptr<const config::Config>()> config;
+  // Reads the configuration file again and applies it or refuses it whole;
+  // on the admin thread. Empty: reload is not offered (404).
+  std::function<ReloadOutcome()> reload;
   storage::TokenStore* store = nullptr;
   // The proxy's per-key queue: the admin fence goes through it (a barrier
   // for writes already queued, KeyQueue::Fence). Null: straight to the store.
@@ -77,6 +96,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   void HandleIdempotencyRecord();
   void HandleReady();
   void HandleMetrics();
+  void HandleReload();
   bool Authorized();  // sends 401/403 itself when not
   void Send(Reply reply);  // on the session's executor
   // For store handlers, which run on the store's thread: moves `self` and
@@ -86,6 +106,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
 
   boost::beast::tcp_stream stream_;
   AdminContext& ctx_;
+  // ctx_.config() when the request began: what this request is judged by.
+  std::shared_ptr<const config::Config> config_;
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   uint64_t head_bytes_ = 0;  // of the request head, consumed so far (PutHead)

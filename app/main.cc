@@ -15,6 +15,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "app/config_check.h"
 #include "app/route_explain.h"
 #include "app/sd_notify.h"
 #include "app/server.h"
@@ -79,9 +80,11 @@ bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_t
   return true;
 }
 
-// The process's environment, read while Main() is the only thread.
+// The process's environment, read at start and on reload (admin.token_env).
+// Nothing in fencegate sets a variable, so reading it from the reloading
+// thread races with no writer.
 std::optional<std::string> ProcessEnvironment(const std::string& name) {
-  const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): one thread yet
+  const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): no writer
   if (value == nullptr) return std::nullopt;
   return std::string(value);
 }
@@ -126,6 +129,18 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
   int code = kExitOk;
   {
     proxy::Server server(cfg, *store, set_faults, std::move(tls));
+    // SIGHUP and POST /v1/reload read the --config file again, as --check does.
+    server.SetLoader([path = cfg->source](app::CheckedConfig* out, std::string* error) {
+      return app::LoadChecked(path, /*read_files=*/true, ProcessEnvironment, out, error);
+    });
+    // systemd's Type=notify: RELOADING=1 while a reload runs, READY=1 after.
+    server.SetReloadObserver([](proxy::Server::ReloadPhase phase, const proxy::ReloadOutcome*) {
+      if (phase == proxy::Server::ReloadPhase::kStarting) {
+        app::NotifyReloading();
+      } else {
+        app::NotifyReady();
+      }
+    });
     // The lock service (locks.listen, docs/contract.md, "Lock service") runs
     // on its own thread and stops after the server's drain, before the store
     // is closed.
@@ -324,37 +339,15 @@ int Main(int argc, char** argv) {
     std::cerr << "fencegate: --config FILE is required (see --help)\n";
     return kExitConfig;
   }
-  config::LoadResult loaded = config::Load(config_path);
-  if (auto* error = std::get_if<config::ConfigError>(&loaded)) {
-    std::cerr << "fencegate: invalid configuration: " << error->message << "\n";
+  app::CheckedConfig checked;
+  std::string config_error;
+  if (!app::LoadChecked(config_path, !tool, ProcessEnvironment, &checked, &config_error)) {
+    std::cerr << "fencegate: invalid configuration: " << config_error << "\n";
     return kExitConfig;
   }
-  // The admin token's file or variable is read now, so --check finds a
-  // missing file or an unset variable (not by the tools, which need no
-  // admin token).
-  if (std::string secret_error;
-      !tool && !config::ResolveSecrets(&std::get<config::Config>(loaded), ProcessEnvironment,
-                                       &secret_error)) {
-    std::cerr << "fencegate: invalid configuration: " << secret_error << "\n";
-    return kExitConfig;
-  }
-  auto cfg = std::make_shared<const config::Config>(std::get<config::Config>(std::move(loaded)));
-  // The router compiles what the loader validated (regexes, templates);
-  // anything it still refuses is a config error too, caught by --check.
+  std::shared_ptr<const config::Config> cfg = checked.config;
+  tls::Contexts tls_contexts = std::move(checked.tls);
   std::string route_error;
-  if (!proxy::Router::Build(cfg->routes, &route_error)) {
-    std::cerr << "fencegate: invalid configuration: " << config_path << ": field 'routes': "
-              << route_error << "\n";
-    return kExitConfig;
-  }
-  // Every certificate, key and CA file is read now, so --check finds a
-  // missing file or a key that does not belong to its certificate.
-  tls::Contexts tls_contexts;
-  std::string tls_error;
-  if (!tool && !tls::Build(*cfg, &tls_contexts, &tls_error)) {
-    std::cerr << "fencegate: invalid configuration: " << tls_error << "\n";
-    return kExitConfig;
-  }
   if (check) {
     auto listener = [](const std::optional<config::Endpoint>& e) {
       return e ? e->ToString() : std::string("off");

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "app/sd_notify.h"
+#include "config/restart_fields.h"
 #include "proxy/http_session.h"
 
 namespace fencegate::proxy {
@@ -22,6 +23,19 @@ unsigned ThreadCount(unsigned configured) {
   if (configured > 0) return configured;
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : n;
+}
+
+// Why `config` cannot run on a store whose idempotency records are
+// `records` (nullptr: it keeps none); "" when it can.
+std::string IdempotencyProblem(const config::Config& config, storage::IdempotencyStore* records) {
+  if (records != nullptr) return "";
+  for (const config::RouteConfig& r : config.routes) {
+    if (r.idempotency) {
+      return config.source + ":" + std::to_string(r.idempotency->line) + ": route " + r.name +
+             " has idempotency: on, and the storage engine keeps no idempotency records";
+    }
+  }
+  return "";
 }
 
 std::optional<tcp::endpoint> ToTcp(const config::Endpoint& e, std::string* error) {
@@ -52,13 +66,12 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
         return v;
       }()),
       signals_(*iocs_[0], SIGTERM, SIGINT),
+      reload_signals_(*iocs_[0], SIGHUP),
       drain_timer_(*iocs_[0]) {
-  ctx_.config = config_;
   ctx_.listener_tls = tls_.listener;
-  ctx_.fence_settings.token_header = config_->fencing.token_header;
   ctx_.fence = &fence_;
   ctx_.clients = std::make_unique<ClientLimiter>(config_->limits.max_connections_per_client);
-  admin_ctx_.config = config_;
+  admin_ctx_.config = [this] { return ctx_.live.Get()->config; };
   admin_ctx_.store = &store_;
   admin_ctx_.queue = &queue_;
   admin_ctx_.idempotency_counters = &ctx_.idempotency_counters;
@@ -72,19 +85,18 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
 Server::~Server() = default;
 
 bool Server::Start(std::string* error) {
-  auto router = Router::Build(config_->routes, error);
-  if (!router) return false;
-  ctx_.router = std::move(router);
+  auto snapshot = ConfigSnapshot::Make(config_, error, &route_slots_);
+  if (!snapshot) return false;
   WireMetrics();
-  if (std::any_of(config_->routes.begin(), config_->routes.end(),
-                  [](const config::RouteConfig& r) { return r.idempotency.has_value(); })) {
-    ctx_.idempotency = store_.Idempotency();
-    if (ctx_.idempotency == nullptr) {
-      *error = "a route has idempotency: on, and the storage engine keeps no idempotency records";
-      return false;
-    }
-    admin_ctx_.idempotency = ctx_.idempotency;
+  // Set whether or not a route uses them now: a reload may add one.
+  ctx_.idempotency = store_.Idempotency();
+  admin_ctx_.idempotency = ctx_.idempotency;
+  if (std::string problem = IdempotencyProblem(*config_, ctx_.idempotency); !problem.empty()) {
+    *error = problem;
+    return false;
   }
+  ctx_.live.Set(std::move(snapshot));
+  if (loader_) admin_ctx_.reload = [this] { return Reload(); };
 
   std::vector<asio::io_context*> worker_iocs;
   for (auto& ioc : iocs_) worker_iocs.push_back(ioc.get());
@@ -92,7 +104,7 @@ bool Server::Start(std::string* error) {
       *iocs_[0], worker_iocs, [this](Listener::Socket&& socket, size_t index) {
         if (ctx_.draining.load() ||
             static_cast<uint64_t>(ctx_.active_connections.load()) >=
-                config_->limits.max_connections) {
+                ctx_.live.Get()->config->limits.max_connections) {
           boost::system::error_code ignored;
           socket.close(ignored);
           return;
@@ -142,8 +154,9 @@ void Server::Run() {
   if (admin_listener_) admin_listener_->Run();
   signals_.async_wait([this](boost::system::error_code ec, int signo) {
     if (ec) return;
+    reload_signals_.cancel();
     spdlog::info("signal {}: draining (deadline {} ms; send it again to stop at once)", signo,
-                 config_->limits.drain_timeout.count());
+                 ctx_.live.Get()->config->limits.drain_timeout.count());
     // Wait for a second signal first: the drain may finish (and cancel
     // this wait) before BeginDrain returns.
     signals_.async_wait([this](boost::system::error_code ec, int) {
@@ -153,6 +166,7 @@ void Server::Run() {
     });
     BeginDrain();
   });
+  WaitForReloadSignal();
   for (auto& ioc : iocs_) guards_.push_back(asio::make_work_guard(*ioc));
   std::vector<std::thread> threads;
   for (size_t i = 1; i < iocs_.size(); ++i) {
@@ -180,7 +194,8 @@ void Server::BeginDrain() {
       for (HttpSession* s : sessions) s->Drain();
     });
   }
-  drain_deadline_ = std::chrono::steady_clock::now() + config_->limits.drain_timeout;
+  drain_deadline_ =
+      std::chrono::steady_clock::now() + ctx_.live.Get()->config->limits.drain_timeout;
   CheckDrained();
 }
 
@@ -204,6 +219,7 @@ void Server::StopAll() {
   if (stopped_) return;
   stopped_ = true;
   signals_.cancel();
+  reload_signals_.cancel();
   drain_timer_.cancel();
   proxy_listener_->Stop();
   if (admin_listener_) admin_listener_->Stop();
@@ -219,6 +235,91 @@ void Server::StopAll() {
   for (AdminSession* a : admins) a->Close();
   // Each run() now returns once the work still under way has finished.
   guards_.clear();
+}
+
+// ---------------------------------------------------------------------------
+// Reload.
+
+void Server::WaitForReloadSignal() {
+  reload_signals_.async_wait([this](boost::system::error_code ec, int) {
+    if (ec) return;
+    if (loader_) {
+      spdlog::info("SIGHUP: reloading the configuration from {}", config_->source);
+      Reload();
+    } else {
+      spdlog::warn("SIGHUP: this process cannot reload its configuration; ignored");
+    }
+    if (!draining_) WaitForReloadSignal();
+  });
+}
+
+ReloadOutcome Server::Reload() {
+  if (reload_observer_) reload_observer_(ReloadPhase::kStarting, nullptr);
+  ReloadOutcome outcome = ApplyReload();
+  if (outcome.applied) {
+    spdlog::info("configuration reloaded from {}: {} routes", outcome.source, outcome.routes);
+  } else {
+    spdlog::error("configuration reload from {} refused, the running configuration stays: {}",
+                  outcome.source, outcome.message);
+  }
+  if (reload_observer_) reload_observer_(ReloadPhase::kDone, &outcome);
+  return outcome;
+}
+
+ReloadOutcome Server::ApplyReload() {
+  ReloadOutcome out;
+  out.source = config_->source;
+  if (draining_) {
+    out.error = "draining";
+    out.message = "fencegate is stopping; nothing to reload";
+    return out;
+  }
+  app::CheckedConfig next;
+  std::string error;
+  if (!loader_(&next, &error)) {
+    out.error = "invalid_config";
+    out.message = error;
+    return out;
+  }
+  // The TLS contexts just built were only the check: what uses TLS is
+  // bound at start (RestartOnlyChanges).
+  std::shared_ptr<const ConfigSnapshot> running = ctx_.live.Get();
+  out.fields = config::RestartOnlyChanges(*running->config, *next.config);
+  if (!out.fields.empty()) {
+    out.error = "restart_required";
+    for (const std::string& f : out.fields) out.message += (out.message.empty() ? "" : "; ") + f;
+    return out;
+  }
+  if (std::string problem = IdempotencyProblem(*next.config, ctx_.idempotency);
+      !problem.empty()) {
+    out.error = "invalid_config";
+    out.message = problem;
+    return out;
+  }
+  std::shared_ptr<const ConfigSnapshot> snapshot =
+      ConfigSnapshot::Make(next.config, &error, &route_slots_);
+  if (!snapshot) {
+    out.error = "invalid_config";
+    out.message = out.source + ": field 'routes': " + error;
+    return out;
+  }
+  const config::Config& cfg = *next.config;
+  // From here on every new request, and the next one on each kept-alive
+  // connection, runs under `snapshot`; requests under way keep theirs.
+  ctx_.live.Set(snapshot);
+  // The application's logger only: the access log keeps its own level.
+  spdlog::default_logger()->set_level(spdlog::level::from_str(cfg.log.level));
+  // What each worker sized from the configuration, on its own thread.
+  const std::chrono::milliseconds sweep = SessionSweepInterval(cfg);
+  for (auto& w : workers_) {
+    asio::post(w->ioc, [worker = w.get(), snapshot, sweep] {
+      worker->pool.Retune(snapshot->config->upstream);
+      worker->sweep.SetInterval(sweep);
+    });
+  }
+  out.applied = true;
+  out.routes = cfg.routes.size();
+  return out;
 }
 
 }  // namespace fencegate::proxy

@@ -1,7 +1,8 @@
 #pragma once
 // Server: owns the worker threads (one io_context each), the proxy and admin
-// listeners, the key queue and the fence filter, and the drain on SIGTERM.
-// The store is opened by the caller and outlives the server.
+// listeners, the key queue and the fence filter, the drain on SIGTERM and
+// the reload on SIGHUP or POST /v1/reload. The store is opened by the
+// caller and outlives the server.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -15,10 +16,12 @@
 #include <vector>
 
 #include "admin/admin_session.h"
+#include "app/config_check.h"
 #include "config/config.h"
 #include "fence/fence_filter.h"
 #include "fence/key_queue.h"
 #include "metrics/exposition.h"
+#include "metrics/route_slots.h"
 #include "net/listener.h"
 #include "proxy/proxy_context.h"
 #include "storage/token_store.h"
@@ -47,13 +50,41 @@ class Server {
   // Starts the drain from any thread (what SIGTERM does).
   void Shutdown();
 
+  // Reads the configuration file again for a reload (app::LoadChecked on
+  // the --config path). Set before Run; without it SIGHUP is ignored and
+  // POST /v1/reload is 404.
+  using Loader = std::function<bool(app::CheckedConfig* out, std::string* error)>;
+  void SetLoader(Loader loader) { loader_ = std::move(loader); }
+
+  // The reload hook, for a service manager's notify protocol: called on
+  // the thread that reloads (the admin thread), with kStarting before the
+  // file is read and kDone after the reload was applied or refused
+  // (`outcome` says which; nullptr with kStarting). systemd's
+  // Type=notify-reload wants RELOADING=1 at the first and READY=1 at the
+  // second. Set before Run; it must not block.
+  enum class ReloadPhase { kStarting, kDone };
+  using ReloadObserver = std::function<void(ReloadPhase phase, const ReloadOutcome* outcome)>;
+  void SetReloadObserver(ReloadObserver observer) { reload_observer_ = std::move(observer); }
+
+  // Reloads the configuration file now: applied whole, without dropping a
+  // connection, or refused whole (an invalid file, a field that changes
+  // only with a restart) with the running configuration kept; logged
+  // either way. On iocs_[0]'s thread (the admin listener's and the
+  // signals').
+  ReloadOutcome Reload();
+
  private:
   void BeginDrain();
   void CheckDrained();
   void StopAll();
   // The metrics endpoint's sources (server_metrics.cc), once the router is built.
   void WireMetrics();
+  void WaitForReloadSignal();
+  ReloadOutcome ApplyReload();
 
+  // The configuration as started: what is bound at start (threads, the
+  // listeners, the store) comes from it. What may change on reload is read
+  // from ctx_.live.
   std::shared_ptr<const config::Config> config_;
   tls::Contexts tls_;
   storage::TokenStore& store_;
@@ -62,6 +93,7 @@ class Server {
   ProxyContext ctx_;
   AdminContext admin_ctx_;
   metrics::Exposition exposition_;  // read by the admin listener (GET /metrics)
+  metrics::RouteSlots route_slots_;  // route names to request-counter slots, across reloads
   std::vector<std::unique_ptr<boost::asio::io_context>> iocs_;
   std::vector<std::unique_ptr<Worker>> workers_;
   // Keep every io_context running until StopAll; after that each run()
@@ -70,6 +102,11 @@ class Server {
   std::shared_ptr<Listener> proxy_listener_;
   std::shared_ptr<Listener> admin_listener_;
   boost::asio::signal_set signals_;
+  // SIGHUP, caught from construction on so that an early one does not end
+  // the process.
+  boost::asio::signal_set reload_signals_;
+  Loader loader_;
+  ReloadObserver reload_observer_;
   boost::asio::steady_timer drain_timer_;
   std::chrono::steady_clock::time_point drain_deadline_;
   bool draining_ = false;  // on iocs_[0]'s thread only

@@ -72,14 +72,10 @@ void AddIdempotencyFamilies(const IdempotencyCounters& c, metrics::Families* out
 }  // namespace
 
 void Server::WireMetrics() {
-  std::vector<std::string> names;
-  std::vector<bool> shadow;
-  for (const config::RouteConfig& r : config_->routes) {
-    names.push_back(r.name);
-    shadow.push_back(r.mode == config::RouteMode::kShadow);
-  }
-  exposition_.Add([this, names = std::move(names), shadow = std::move(shadow)](
-                      metrics::Families* out) {
+  exposition_.Add([this](metrics::Families* out) {
+    std::vector<std::string> names;
+    std::vector<bool> shadow;
+    route_slots_.Names(&names, &shadow);
     std::vector<const metrics::RequestShard*> shards;
     for (const auto& w : workers_) shards.push_back(&w->metrics);
     metrics::AddRequestFamilies(out, names, shadow, shards);

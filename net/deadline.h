@@ -79,6 +79,9 @@ class DeadlineSweep {
     timer_.cancel();
   }
   bool running() const { return running_; }
+  // From the next tick on (a reload changed the timeouts); on the
+  // io_context's thread.
+  void SetInterval(std::chrono::milliseconds interval) { interval_ = interval; }
 
  private:
   void Schedule() {

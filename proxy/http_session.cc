@@ -28,8 +28,9 @@ HttpSession::HttpSession(Listener::Socket&& socket, ProxyContext& context, Worke
     : stream_(UpstreamPool::Tcp(std::move(socket)), context.listener_tls.get()),
       ctx_(context),
       worker_(worker),
-      config_(*context.config),
-      exchange_(*this, worker, *context.config),
+      snapshot_(context.live.Get()),
+      config_(snapshot_->config.get()),
+      exchange_(*this, worker, *config_),
       idem_(*this),
       affinity_(context, worker, /*can_move=*/!stream_.tls()) {
   ctx_.active_connections.fetch_add(1, std::memory_order_relaxed);
@@ -60,7 +61,7 @@ void HttpSession::Run() {
     idle_ = true;  // no request yet: a drain closes it
     return tls->async_handshake(
         asio::ssl::stream_base::server,
-        Timed(client_deadline_, config_.limits.header_timeout,
+        Timed(client_deadline_, config_->limits.header_timeout,
               [self = shared_from_this()](ec_t ec) { self->OnHandshake(ec); }));
   }
   DoReadHeader();
@@ -93,7 +94,8 @@ void HttpSession::CloseAfterResponse() {
   static constexpr std::chrono::milliseconds kTlsShutdownTimeout{1000};
   tls->async_shutdown(
       Timed(client_deadline_,
-            std::min<std::chrono::milliseconds>(config_.limits.header_timeout, kTlsShutdownTimeout),
+            std::min<std::chrono::milliseconds>(config_->limits.header_timeout,
+                                                kTlsShutdownTimeout),
             [self = shared_from_this()](ec_t) { self->Close(); }));
 }
 
@@ -104,16 +106,26 @@ void HttpSession::Drain() {
 // ---------------------------------------------------------------------------
 // Request head and the decision.
 
+void HttpSession::TakeSnapshot() {
+  std::shared_ptr<const ConfigSnapshot> now = ctx_.live.Get();
+  if (now == snapshot_) return;
+  snapshot_ = std::move(now);
+  config_ = snapshot_->config.get();
+  exchange_.SetConfig(*config_);
+}
+
 void HttpSession::DoReadHeader() {
   if (ctx_.draining.load(std::memory_order_relaxed) && buffer_.size() == 0) return Close();
-  req_parser_.emplace();
-  head_bytes_ = 0;  // PutHead sets the parser's header_limit
-  req_parser_->body_limit(config_.limits.max_body_bytes);
   intent_ = WriteIntent{};
   request_id_.clear();
   record_.Reset();
   exchange_.Reset();
   idem_.Reset();
+  // The previous request has ended: nothing refers to its snapshot now.
+  TakeSnapshot();
+  req_parser_.emplace();
+  head_bytes_ = 0;  // PutHead sets the parser's header_limit
+  req_parser_->body_limit(config_->limits.max_body_bytes);
   idle_ = buffer_.size() == 0;
   // A new connection must deliver its first head within header_timeout; a
   // kept-alive one may stay silent for idle_timeout, and then the head that
@@ -124,7 +136,7 @@ void HttpSession::DoReadHeader() {
 
 void HttpSession::DoWaitForRequest() {
   stream_.async_read_some(buffer_.prepare(kWaitReadSize),
-                          Timed(client_deadline_, config_.limits.idle_timeout,
+                          Timed(client_deadline_, config_->limits.idle_timeout,
                                 [self = shared_from_this()](ec_t ec, size_t n) {
                                   self->buffer_.commit(n);
                                   if (ec) return self->Close();  // idle timeout, EOF or reset
@@ -150,12 +162,12 @@ void HttpSession::StartHeaderRead() {
   // rather than by http::async_read_header so that limits.max_header_bytes
   // bounds all of it, however many reads it takes (head_limit.h).
   ec_t ec;
-  if (PutHead(*req_parser_, buffer_, config_.limits.max_header_bytes, &head_bytes_, ec)) {
+  if (PutHead(*req_parser_, buffer_, config_->limits.max_header_bytes, &head_bytes_, ec)) {
     client_deadline_.Disarm();
     return OnReadHeader(ec);
   }
   // One deadline for the whole head, armed at its first read.
-  if (!client_deadline_.armed()) client_deadline_.Arm(config_.limits.header_timeout);
+  if (!client_deadline_.armed()) client_deadline_.Arm(config_->limits.header_timeout);
   stream_.async_read_some(buffer_.prepare(beast::read_size(buffer_, kHeadReadSize)),
                           [self = shared_from_this()](ec_t ec, size_t n) {
                             self->buffer_.commit(n);
@@ -175,6 +187,10 @@ void HttpSession::StartHeaderRead() {
 void HttpSession::OnReadHeader(ec_t ec) {
   idle_ = false;
   record_.started = Clock::now();
+  // A reload while the connection waited for this head applies to it: the
+  // head was read under the limits of before, the request runs under the
+  // configuration of now.
+  TakeSnapshot();
   // `ec &&` first, here and below: a comparison with an error enum costs a
   // category lookup, and most reads succeed.
   if (ec && (ec == http::error::end_of_stream || ec == asio::error::eof ||
@@ -188,13 +204,13 @@ void HttpSession::OnReadHeader(ec_t ec) {
   if (ec && ec == http::error::header_limit) {
     return SendReply(MakeError(http::status::request_header_fields_too_large, "headers_too_large",
                                "the request head is larger than limits.max_header_bytes (" +
-                                   std::to_string(config_.limits.max_header_bytes) + ")"),
+                                   std::to_string(config_->limits.max_header_bytes) + ")"),
                      "bad_request");
   }
   if (ec && ec == http::error::body_limit) {
     return SendReply(MakeError(http::status::payload_too_large, "body_too_large",
                                "the request body is larger than limits.max_body_bytes (" +
-                                   std::to_string(config_.limits.max_body_bytes) + ")"),
+                                   std::to_string(config_->limits.max_body_bytes) + ")"),
                      "bad_request");
   }
   if (ec && ec == http::error::bad_target) {
@@ -221,8 +237,8 @@ void HttpSession::OnReadHeader(ec_t ec) {
     return SendReply(MakeError(problem.status, problem.code, problem.message),
                      "bad_request");
   }
-  Classify(ctx_.fence_settings, *ctx_.router, req.method_string(), target_.path, req.base(),
-           &intent_);
+  Classify(snapshot_->fence_settings, *snapshot_->router, req.method_string(), target_.path,
+           req.base(), &intent_);
   if (!intent_.shadow_violation.empty()) {
     ctx_.fence->CountShadowViolation();
     spdlog::warn("shadow: would have refused {} {} ({}), forwarding", req.method_string(),
@@ -295,7 +311,7 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
   reply_ = std::move(reply);
   record_.bytes_out += reply_.body().size();
   http::async_write(stream_, reply_,
-                    Timed(client_deadline_, config_.limits.idle_timeout,
+                    Timed(client_deadline_, config_->limits.idle_timeout,
                           [self = shared_from_this(), keep_alive](ec_t ec, size_t) {
                             if (ec) return self->Close();
                             self->FinishRequest(keep_alive);
@@ -313,7 +329,7 @@ void HttpSession::DoDiscardBody() {
   body.size = buffer.capacity();
   http::async_read(
       stream_, buffer_, *req_parser_,
-      Timed(client_deadline_, config_.limits.idle_timeout,
+      Timed(client_deadline_, config_->limits.idle_timeout,
             [self = shared_from_this()](ec_t ec, size_t) {
               if (ec && ec == http::error::need_buffer) ec = {};
               if (ec) {
@@ -341,10 +357,12 @@ void HttpSession::EndRequest() {
 void HttpSession::CountRequest(Clock::time_point now) {
   std::optional<metrics::Outcome> outcome = metrics::OutcomeOf(record_.outcome);
   if (!outcome) return;  // every outcome the session sets has a name there (request_metrics.h)
-  // Route slot i + 1 is routes[i]: the router keeps the config's routes, in order.
+  // The route's slot: the router keeps the config's routes, in order, and
+  // the snapshot the slot of each (metrics::RouteSlots).
   size_t slot = 0;
-  if (intent_.route != nullptr) {
-    slot = static_cast<size_t>(intent_.route - ctx_.router->routes().data()) + 1;
+  if (intent_.route != nullptr && snapshot_ != nullptr) {
+    const auto index = static_cast<size_t>(intent_.route - snapshot_->router->routes().data());
+    if (index < snapshot_->metric_slots.size()) slot = snapshot_->metric_slots[index];
     if (slot >= worker_.metrics.route_slots()) slot = 0;
   }
   std::optional<Clock::duration> upstream;
@@ -418,7 +436,7 @@ void HttpSession::Close() {
 }
 
 void HttpSession::AccessLog(Clock::time_point now) {
-  if (!config_.log.access_log) return;
+  if (!config_->log.access_log) return;
   std::string_view method;
   if (req_parser_) method = req_parser_->get().method_string();
   spdlog::get("access")->info(AccessLogLine(record_, request_id_, client_ip_, method, target_.path,

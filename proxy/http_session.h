@@ -81,6 +81,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void CloseAfterResponse();
 
   // Request head and decision.
+  // Takes the live configuration's current snapshot; between requests only.
+  void TakeSnapshot();
   void DoReadHeader();
   void DoWaitForRequest();  // keep-alive: wait up to idle_timeout for a byte
   void StartHeaderRead();
@@ -113,7 +115,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   UpstreamPool::Stream stream_;
   ProxyContext& ctx_;
   Worker& worker_;
-  const config::Config& config_;
+  // The configuration this request runs under (live_config.h): taken when
+  // a head starts and again when it is in, held until the request ends.
+  std::shared_ptr<const ConfigSnapshot> snapshot_;
+  const config::Config* config_;  // snapshot_'s
   boost::beast::flat_buffer buffer_;
   static constexpr size_t kWaitReadSize = 4096;  // the first read of a kept-alive request
   static constexpr size_t kHeadReadSize = size_t{64} * 1024;  // the most a head read asks for

@@ -91,7 +91,7 @@ void IdempotencyGate::Begin() {
       target.has_query ? std::optional<std::string_view>(target.query) : std::nullopt,
       destination != nullptr ? std::string_view(destination->target.path) : std::string_view{},
       session_.intent_.idempotency.scope);
-  wait_until_ = Clock::now() + session_.config_.upstream.timeout;
+  wait_until_ = Clock::now() + session_.config_->upstream.timeout;
   wait_step_ = kFirstWaitStep;
   Reserve();
 }
@@ -241,7 +241,7 @@ void IdempotencyGate::DoRepeatBody() {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     return asio::async_write(
         session_.stream_, asio::buffer(kContinue.data(), kContinue.size()),
-        Timed(session_.client_deadline_, session_.config_.limits.idle_timeout,
+        Timed(session_.client_deadline_, session_.config_->limits.idle_timeout,
               [self = session_.shared_from_this()](boost::system::error_code ec, size_t) {
                 if (ec) return self->Close();
                 self->idem_.DoRepeatBody();
@@ -254,7 +254,7 @@ void IdempotencyGate::DoRepeatBody() {
   boost::system::error_code ec;
   if (ParseBuffered(parser, session_.buffer_, kMessageDone, ec)) return OnRepeatBodyPiece(ec);
   http::async_read(session_.stream_, session_.buffer_, parser,
-                   Timed(session_.client_deadline_, session_.config_.limits.idle_timeout,
+                   Timed(session_.client_deadline_, session_.config_->limits.idle_timeout,
                          [self = session_.shared_from_this()](boost::system::error_code ec,
                                                               size_t) {
                            self->idem_.OnRepeatBodyPiece(ec);
@@ -269,7 +269,7 @@ void IdempotencyGate::OnRepeatBodyPiece(boost::system::error_code ec) {
     return session_.SendReply(
         MakeError(http::status::payload_too_large, "body_too_large",
                   "the request body is larger than limits.max_body_bytes (" +
-                      std::to_string(session_.config_.limits.max_body_bytes) + ")"),
+                      std::to_string(session_.config_->limits.max_body_bytes) + ")"),
         "bad_request");
   }
   if (ec) {
@@ -315,7 +315,7 @@ void IdempotencyGate::Replay() {
   WriteWhole(session_.stream_,
              {asio::buffer(replay_head_),
               has_body ? asio::buffer(stored.body) : asio::const_buffer()},
-             session_.client_deadline_, session_.config_.limits.idle_timeout,
+             session_.client_deadline_, session_.config_->limits.idle_timeout,
              [self = session_.shared_from_this()](boost::system::error_code ec, bool) {
                if (ec) return self->Close();
                self->FinishRequest(self->request_keep_alive_);

@@ -1,6 +1,7 @@
 #pragma once
-// What every session of the data plane shares: the immutable config and
-// router, the fence filter, and process-wide counters. One per server; each
+// What every session of the data plane shares: the live configuration
+// (config, router and fence settings, swapped whole on reload), the fence
+// filter, and process-wide counters. One per server; each
 // worker thread adds its own io_context and upstream pool (Worker).
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "net/client_limit.h"
 #include "net/deadline.h"
 #include "proxy/idempotency_gate.h"
+#include "proxy/live_config.h"
 #include "proxy/upstream_pool.h"
 #include "storage/idempotency_store.h"
 
@@ -24,12 +26,11 @@ namespace fencegate::proxy {
 struct Worker;
 
 struct ProxyContext {
-  std::shared_ptr<const config::Config> config;
-  std::shared_ptr<const Router> router;
+  LiveConfig live;  // set before the first connection
   std::shared_ptr<boost::asio::ssl::context> listener_tls;  // nullptr: plain HTTP listener
-  FenceSettings fence_settings;
   FenceFilter* fence = nullptr;
-  // The store's idempotency records; set when a route has `idempotency:`.
+  // The store's idempotency records (nullptr: the engine keeps none, and
+  // no route may have `idempotency:`).
   storage::IdempotencyStore* idempotency = nullptr;
   IdempotencyCounters idempotency_counters;
 
@@ -65,14 +66,14 @@ struct Worker {
   UpstreamPool pool;
   std::unordered_set<HttpSession*> sessions;  // live sessions, for draining and the sweep
   DeadlineSweep sweep;                        // started by a session, stops when none is left
-  metrics::RequestShard metrics;              // one slot per route of config.routes, plus none
+  metrics::RequestShard metrics;              // one per metrics::RouteSlots slot
   Worker(boost::asio::io_context& io, const config::Config& config,
          boost::asio::ssl::context* upstream_tls = nullptr)
       : ioc(io),
         pool(io, config.upstream, upstream_tls),
         sweep(io, SessionSweepInterval(config),
               [this](Deadline::Clock::time_point now) { return SweepSessions(*this, now); }),
-        metrics(config.routes.size()) {}
+        metrics(metrics::RouteSlots::kMaxRoutes) {}
 };
 
 }  // namespace fencegate::proxy

@@ -18,11 +18,11 @@ namespace asio = boost::asio;
 void UpstreamExchange::DoReadResponseHeader() {
   res_parser_.emplace();
   res_parser_->header_limit(static_cast<uint32_t>(
-      std::max<uint64_t>(config_.limits.max_header_bytes, uint64_t{64} * 1024)));
+      std::max<uint64_t>(config_->limits.max_header_bytes, uint64_t{64} * 1024)));
   res_parser_->body_limit(boost::none);
   if (session_.req_parser_->get().method() == http::verb::head) res_parser_->skip(true);
   http::async_read_header(*upstream_, up_buffer_, *res_parser_,
-                          Timed(upstream_deadline_, config_.upstream.timeout,
+                          Timed(upstream_deadline_, config_->upstream.timeout,
                                 [self = session_.shared_from_this()](ec_t ec, size_t) {
                                   self->exchange_.OnResponseHeader(ec);
                                 }));
@@ -66,7 +66,7 @@ void UpstreamExchange::DoWholeResponseBody(uint64_t length) {
   ec_t ec;
   if (ParseBuffered(*res_parser_, up_buffer_, kMessageDone, ec)) return OnWholeResponseBody(ec);
   http::async_read(*upstream_, up_buffer_, *res_parser_,
-                   Timed(upstream_deadline_, config_.upstream.timeout,
+                   Timed(upstream_deadline_, config_->upstream.timeout,
                          [self = session_.shared_from_this()](ec_t ec, size_t) {
                            self->exchange_.OnWholeResponseBody(ec);
                          }));
@@ -122,7 +122,7 @@ void UpstreamExchange::WriteResponse() {
 void UpstreamExchange::WriteWholeResponse() {
   WriteWhole(session_.stream_,
              {asio::buffer(head_), asio::const_buffer(body_.data(), whole_body_size_)},
-             session_.client_deadline_, config_.limits.idle_timeout,
+             session_.client_deadline_, config_->limits.idle_timeout,
              [self = session_.shared_from_this()](ec_t ec, bool) {
                if (ec) return self->Close();
                self->FinishRequest(self->request_keep_alive_);
@@ -133,7 +133,7 @@ void UpstreamExchange::WriteDownstream() {
   ec_t ec;
   if (TryWriteNow(session_.stream_.socket(), *down_sr_, ec)) return OnResponseBodyWritten(ec);
   http::async_write(session_.stream_, *down_sr_,
-                    Timed(session_.client_deadline_, config_.limits.idle_timeout,
+                    Timed(session_.client_deadline_, config_->limits.idle_timeout,
                           [self = session_.shared_from_this()](ec_t ec, size_t) {
                             self->exchange_.OnResponseBodyWritten(ec);
                           }));
@@ -147,7 +147,7 @@ void UpstreamExchange::DoResponseBody() {
     body.size = body_.capacity();
     up_buffer_.reserve(BodyBuffer::kMaxSize);
     http::async_read(*upstream_, up_buffer_, *res_parser_,
-                     Timed(upstream_deadline_, config_.upstream.timeout,
+                     Timed(upstream_deadline_, config_->upstream.timeout,
                            [self = session_.shared_from_this()](ec_t ec, size_t) {
                              self->exchange_.OnResponseBodyRead(ec);
                            }));

@@ -82,7 +82,7 @@ bool UpstreamExchange::PrepareWholeRequest(ec_t& ec) {
     session_.idem_.OnRequestBody(body_.data(), n);
   }
   head_.clear();
-  AppendUpstreamHead(parser, session_.target_, config_, session_.client_ip_, session_.request_id_,
+  AppendUpstreamHead(parser, session_.target_, *config_, session_.client_ip_, session_.request_id_,
                      &head_, session_.Destination());
   if (n > 0) head_.append(body_.data(), n);
   whole_request_ = true;
@@ -137,7 +137,7 @@ void UpstreamExchange::OnUpstream(ec_t ec, UpstreamPool::Connection connection, 
     // No body (the head alone completed the request): one write of the
     // head, appended straight from the parsed request (up_req_ is not used).
     head_.clear();
-    AppendUpstreamHead(parser, session_.target_, config_, session_.client_ip_,
+    AppendUpstreamHead(parser, session_.target_, *config_, session_.client_ip_,
                        session_.request_id_, &head_, session_.Destination());
     // A chunked body complete already is an empty one read by an earlier
     // try (a retry: Retryable() wants no body bytes): its head says chunked,
@@ -145,7 +145,7 @@ void UpstreamExchange::OnUpstream(ec_t ec, UpstreamPool::Connection connection, 
     if (parser.chunked()) head_.append("0\r\n\r\n");
     return WriteUpstreamHead();
   }
-  BuildUpstreamRequest(parser, session_.target_, config_, session_.client_ip_,
+  BuildUpstreamRequest(parser, session_.target_, *config_, session_.client_ip_,
                        session_.request_id_, &up_req_, session_.Destination());
   up_req_.body().data = nullptr;
   up_req_.body().size = 0;
@@ -158,7 +158,7 @@ void UpstreamExchange::OnUpstream(ec_t ec, UpstreamPool::Connection connection, 
   }
   request_started_ = true;
   http::async_write_header(*upstream_, *up_sr_,
-                           Timed(upstream_deadline_, config_.upstream.timeout,
+                           Timed(upstream_deadline_, config_->upstream.timeout,
                                  [self = session_.shared_from_this()](ec_t ec, size_t) {
                                    self->exchange_.OnUpstreamHeaderWritten(ec);
                                  }));
@@ -171,7 +171,7 @@ void UpstreamExchange::OnUpstreamHeaderWritten(ec_t ec) {
     expect_continue_ = false;
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     return asio::async_write(session_.stream_, asio::buffer(kContinue.data(), kContinue.size()),
-                             Timed(session_.client_deadline_, config_.limits.idle_timeout,
+                             Timed(session_.client_deadline_, config_->limits.idle_timeout,
                                    [self = session_.shared_from_this()](ec_t ec, size_t) {
                                      if (ec) return self->exchange_.FailUpstream(ec, "client gone");
                                      self->exchange_.DoRequestBody();
@@ -183,7 +183,7 @@ void UpstreamExchange::OnUpstreamHeaderWritten(ec_t ec) {
 void UpstreamExchange::WriteUpstreamHead(size_t from) {
   request_started_ = true;
   WriteWhole(*upstream_, {asio::buffer(head_) + from, asio::const_buffer()}, upstream_deadline_,
-             config_.upstream.timeout,
+             config_->upstream.timeout,
              [self = session_.shared_from_this()](ec_t ec, bool at_once) {
                UpstreamExchange& x = self->exchange_;
                if (ec) return x.FailUpstream(ec, "write request head");
@@ -221,7 +221,7 @@ void UpstreamExchange::DoRequestBody() {
     ec_t ec;
     if (ParseBuffered(parser, buffer, kMessageDone, ec)) return OnRequestBodyRead(ec);
     http::async_read(session_.stream_, buffer, parser,
-                     Timed(session_.client_deadline_, config_.limits.idle_timeout,
+                     Timed(session_.client_deadline_, config_->limits.idle_timeout,
                            [self = session_.shared_from_this()](ec_t ec, size_t) {
                              self->exchange_.OnRequestBodyRead(ec);
                            }));
@@ -244,7 +244,7 @@ void UpstreamExchange::OnRequestBodyRead(ec_t ec) {
     return session_.SendReply(
         MakeError(http::status::payload_too_large, "body_too_large",
                   "the request body is larger than limits.max_body_bytes (" +
-                      std::to_string(config_.limits.max_body_bytes) + ")"),
+                      std::to_string(config_->limits.max_body_bytes) + ")"),
         "bad_request");
   }
   if (ec) {
@@ -273,7 +273,7 @@ void UpstreamExchange::WriteUpstream() {
   ec_t ec;
   if (TryWriteNow(upstream_->socket(), *up_sr_, ec)) return OnRequestBodyWritten(ec);
   http::async_write(*upstream_, *up_sr_,
-                    Timed(upstream_deadline_, config_.upstream.timeout,
+                    Timed(upstream_deadline_, config_->upstream.timeout,
                           [self = session_.shared_from_this()](ec_t ec, size_t) {
                             self->exchange_.OnRequestBodyWritten(ec);
                           }));

@@ -62,7 +62,11 @@ class BodyBuffer {
 class UpstreamExchange {
  public:
   UpstreamExchange(HttpSession& session, Worker& worker, const config::Config& config)
-      : session_(session), worker_(worker), config_(config) {}
+      : session_(session), worker_(worker), config_(&config) {}
+
+  // The configuration of the requests from now on (a reload); between
+  // requests only. `config` outlives them (the session's snapshot).
+  void SetConfig(const config::Config& config) { config_ = &config; }
 
   // Before each request.
   void Reset() {
@@ -157,7 +161,7 @@ class UpstreamExchange {
 
   HttpSession& session_;
   Worker& worker_;
-  const config::Config& config_;
+  const config::Config* config_;
   BodyBuffer body_;
   KeyLease lease_;
   UpstreamPool::Connection upstream_;

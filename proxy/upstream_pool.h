@@ -89,6 +89,15 @@ class UpstreamPool final : public Courier {
   // the dead ones, so the next requests do not find them one by one.
   void PruneDead();
 
+  // A reload: connect_timeout and max_idle_connections from `next` apply
+  // from now on (the address and TLS change only with a restart). On the
+  // pool's io_context.
+  void Retune(const config::UpstreamConfig& next) {
+    config_.connect_timeout = next.connect_timeout;
+    config_.timeout = next.timeout;
+    config_.max_idle_connections = next.max_idle_connections;
+  }
+
   size_t idle() const { return idle_.size(); }
 
   // What the pool counted since it started. Written by the pool's thread
@@ -130,7 +139,7 @@ class UpstreamPool final : public Courier {
   void ScheduleTrim();
 
   boost::asio::io_context& ioc_;
-  const config::UpstreamConfig& config_;
+  config::UpstreamConfig config_;  // a copy: Retune changes it
   boost::asio::ssl::context* tls_;  // nullptr: plain HTTP
   std::string server_name_;         // SNI and the name verified (TLS only)
   boost::asio::ip::tcp::resolver resolver_;

@@ -1,0 +1,41 @@
+#include "app/config_check.h"
+
+#include <utility>
+#include <variant>
+
+#include "fence/router.h"
+
+namespace fencegate::app {
+
+bool LoadChecked(const std::string& path, bool read_files, const config::Environment& environment,
+                 CheckedConfig* out, std::string* error) {
+  config::LoadResult loaded = config::Load(path);
+  if (auto* failed = std::get_if<config::ConfigError>(&loaded)) {
+    *error = failed->message;
+    return false;
+  }
+  // The admin token's file or variable is read now, so --check finds a
+  // missing file or an unset variable (not by the tools, which need no
+  // admin token).
+  if (read_files &&
+      !config::ResolveSecrets(&std::get<config::Config>(loaded), environment, error)) {
+    return false;
+  }
+  auto cfg = std::make_shared<const config::Config>(std::get<config::Config>(std::move(loaded)));
+  // The router compiles what the loader validated (regexes, templates);
+  // anything it still refuses is a config error too, caught by --check.
+  std::string route_error;
+  if (!proxy::Router::Build(cfg->routes, &route_error)) {
+    *error = path + ": field 'routes': " + route_error;
+    return false;
+  }
+  // Every certificate, key and CA file is read now, so --check finds a
+  // missing file or a key that does not belong to its certificate.
+  tls::Contexts contexts;
+  if (read_files && !tls::Build(*cfg, &contexts, error)) return false;
+  out->config = std::move(cfg);
+  out->tls = std::move(contexts);
+  return true;
+}
+
+}  // namespace fencegate::app
