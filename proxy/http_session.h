@@ -105,6 +105,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void EndRequest();  // access log and in-flight count, once per request
   void Close();
   void AccessLog();
+  // The refusal log's line for `reply`, fencegate's own error (refusal_log.h).
+  void LogRefusal(const Reply& reply);
 
   // The worker's concrete executor type, as the pool's connections; TLS when
   // the listener has tls:.
