@@ -47,12 +47,18 @@ std::string Rfc3339Millis(std::chrono::system_clock::time_point wall);
 // route, then key and token (fenced writes) and idempotency_key when there
 // is one, then outcome, status, bytes_in, bytes_out, upstream_ms (only when
 // the request reached the backend), total_ms (from record.started to `now`)
-// and shadow_violation when there is one. Strings that are not valid UTF-8
-// (a key may hold any header bytes) get U+FFFD, as DumpJson does.
+// and shadow_violation when there is one. Strings go through
+// AppendJsonString.
 std::string AccessLogLine(const RequestRecord& record, std::string_view request_id,
                           std::string_view client, std::string_view method,
                           std::string_view path, const WriteIntent& intent,
                           RequestRecord::Clock::time_point now,
                           std::chrono::system_clock::time_point wall);
+
+// Appends `text` to `out` as a JSON string: quotes, backslashes and control
+// bytes escaped, well-formed UTF-8 kept, and U+FFFD for each byte that
+// begins no UTF-8 character (a key may hold any header bytes), so the
+// result is valid UTF-8 on one line whatever the bytes.
+void AppendJsonString(std::string& out, std::string_view text);
 
 }  // namespace fencegate::proxy

@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "fence/router.h"
@@ -192,6 +196,62 @@ TEST(AccessLog, ResetKeepsNothingOfTheLastRequest) {
   EXPECT_EQ(record.bytes_out, 0U);
   EXPECT_EQ(record.upstream_started, Clock::time_point{});
   EXPECT_EQ(record.upstream_ended, Clock::time_point{});
+}
+
+}  // namespace
+}  // namespace fencegate::proxy
+
+namespace fencegate::proxy {
+namespace {
+
+// What nlohmann::json makes of `text` when it is valid UTF-8; nullopt when
+// it is not (the strict handler throws).
+std::optional<std::string> StrictJson(const std::string& text) {
+  try {
+    return nlohmann::json(text).dump();
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+TEST(AccessLogJsonString, ValidUtf8IsKeptAndEveryOtherByteBecomesOneReplacement) {
+  std::string out;
+  AppendJsonString(out, "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80z");  // é € 😀
+  EXPECT_EQ(out, "\"a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80z\"");
+  // Overlong, surrogate, beyond U+10FFFF, lone continuation, cut short.
+  for (std::string bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\x80", "\xE2\x82"}) {
+    out.clear();
+    AppendJsonString(out, bad);
+    EXPECT_TRUE(StrictJson(nlohmann::json::parse(out).get<std::string>())) << out;
+    EXPECT_NE(out.find("\xEF\xBF\xBD"), std::string::npos) << out;
+  }
+}
+
+TEST(AccessLogJsonString, AgreesWithNlohmannOnEveryByteAndOnRandomStrings) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255), length(0, 12);
+  std::vector<std::string> inputs;
+  for (int b = 0; b < 256; ++b) inputs.emplace_back(1, static_cast<char>(b));
+  for (int i = 0; i < 20000; ++i) {
+    std::string s;
+    for (int n = length(rng); n > 0; --n) s += static_cast<char>(byte(rng));
+    inputs.push_back(s);
+  }
+  int valid = 0;
+  for (const std::string& s : inputs) {
+    std::string out;
+    AppendJsonString(out, s);
+    ASSERT_EQ(out.find('\n'), std::string::npos);
+    // Always a JSON string that a strict parser takes, and valid UTF-8.
+    auto parsed = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(parsed.is_string()) << out;
+    ASSERT_TRUE(StrictJson(parsed.get<std::string>()));
+    if (std::optional<std::string> strict = StrictJson(s)) {
+      ++valid;
+      EXPECT_EQ(parsed.get<std::string>(), s);  // valid UTF-8 comes back unchanged
+    }
+  }
+  EXPECT_GT(valid, 1000);  // the comparison above ran on many strings
 }
 
 }  // namespace
