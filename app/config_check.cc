@@ -3,6 +3,7 @@
 #include <utility>
 #include <variant>
 
+#include "config/log_paths.h"
 #include "fence/router.h"
 
 namespace fencegate::app {
@@ -21,6 +22,9 @@ bool LoadChecked(const std::string& path, bool read_files, const config::Environ
       !config::ResolveSecrets(&std::get<config::Config>(loaded), environment, error)) {
     return false;
   }
+  // A log file fencegate could not create or append to stops it here, and
+  // --check finds it.
+  if (read_files && !config::CheckLogFiles(std::get<config::Config>(loaded), error)) return false;
   auto cfg = std::make_shared<const config::Config>(std::get<config::Config>(std::move(loaded)));
   // The router compiles what the loader validated (regexes, templates);
   // anything it still refuses is a config error too, caught by --check.

@@ -1,7 +1,6 @@
 // fencegate: a reverse proxy that refuses writes carrying a stale fencing
 // token. This file wires the parts together: config -> store -> server.
 
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -16,10 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "app/config_check.h"
+#include "app/log_files.h"
 #include "app/route_explain.h"
 #include "app/sd_notify.h"
 #include "app/server.h"
 #include "config/config.h"
+#include "config/log_paths.h"
 #include "config/secrets.h"
 #include "fence/router.h"
 #include "locks/lock_server.h"
@@ -36,16 +37,6 @@ using namespace fencegate;
 constexpr int kExitOk = 0;
 constexpr int kExitRuntime = 1;
 constexpr int kExitConfig = 2;
-
-void SetUpLogging(const config::LogConfig& log) {
-  auto err = spdlog::stderr_logger_mt("fencegate");
-  err->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ %v");
-  spdlog::set_default_logger(err);
-  spdlog::set_level(spdlog::level::from_str(log.level));
-  auto access = spdlog::stderr_logger_mt("access");
-  access->set_pattern("%v");
-  access->set_level(spdlog::level::info);
-}
 
 std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
   std::string host = e.address().to_string();
@@ -376,7 +367,12 @@ int Main(int argc, char** argv) {
   }
   if (export_cmd->parsed()) return RunExport(*cfg, export_output);
   if (import_cmd->parsed()) return RunImport(*cfg, import_input);
-  SetUpLogging(cfg->log);
+  LogFiles logs;
+  if (std::string log_error; !logs.Open(cfg->log, &log_error)) {
+    std::cerr << "fencegate: cannot open a log file: " << log_error << "\n";
+    return kExitRuntime;
+  }
+  logs.WatchReopenSignal();  // before "listening": from then on SIGUSR1 must not end the process
   return Serve(cfg, test_faults, std::move(tls_contexts));
 }
 

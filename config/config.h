@@ -224,9 +224,13 @@ struct ForwardingConfig {
   bool operator==(const ForwardingConfig&) const = default;
 };
 
+// Where the logs go. A file is opened for appending and reopened on
+// SIGUSR1 (logrotate); its directory must exist and be writable.
 struct LogConfig {
   std::string level = "info";  // trace|debug|info|warn|error|critical|off
-  bool access_log = true;
+  FileRef file;                // the application log; "" = standard error
+  bool access_log = true;      // one JSON line per request
+  FileRef access_log_file;     // where those lines go; "" = standard error
 
   bool operator==(const LogConfig&) const = default;
 };

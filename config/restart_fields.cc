@@ -54,6 +54,10 @@ std::vector<std::string> RestartOnlyChanges(const Config& running, const Config&
             ns.etcd.password_file.path);
   c.Compare("storage.etcd.forward_within", rs.etcd.forward_within, ns.etcd.forward_within);
   c.Compare("storage.etcd.max_batch", rs.etcd.max_batch, ns.etcd.max_batch);
+  // Opened at start (SIGUSR1 reopens the same paths).
+  c.Compare("log.file", running.log.file.path, next.log.file.path);
+  c.Compare("log.access_log_file", running.log.access_log_file.path,
+            next.log.access_log_file.path);
   c.Compare("admin.listen", running.admin.endpoint, next.admin.endpoint);
   c.Compare("locks.listen", running.locks.endpoint, next.locks.endpoint);
   c.Compare("locks.max_ttl", running.locks.max_ttl, next.locks.max_ttl);

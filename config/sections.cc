@@ -174,13 +174,24 @@ bool ReadLimits(YamlReader& r, const Field& f, LimitsConfig* limits) {
 }
 
 bool ReadLog(YamlReader& r, const Field& f, LogConfig* log) {
-  return r.Map(f, Keys{
+  bool ok = r.Map(f, Keys{
       {"level", [&](const Field& v) {
          return r.Choice(v, {"trace", "debug", "info", "warn", "error", "critical", "off"},
                          &log->level);
        }},
+      {"file", FileInto(r, &log->file)},
       {"access_log", [&](const Field& v) { return r.Bool(v, &log->access_log); }},
+      {"access_log_file", FileInto(r, &log->access_log_file)},
   });
+  if (!ok) return false;
+  // Two writers appending to one file would interleave their buffers.
+  if (!log->file.empty() && log->file.path == log->access_log_file.path) {
+    Field at = f;
+    at.path = f.path + ".access_log_file";
+    at.line = log->access_log_file.line;
+    return r.Fail(at, "names the same file as log.file", "a file of its own");
+  }
+  return true;
 }
 
 }  // namespace fencegate::config::internal

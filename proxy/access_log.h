@@ -37,14 +37,28 @@ struct RequestRecord {
   }
 };
 
-// The line for one request that `intent` classified: request_id, client,
-// method, path, route, outcome, status, bytes_in, bytes_out and total_ms
-// (from record.started to `now`), always; key, token (fenced writes),
-// shadow_violation and upstream_ms only when there is one. Strings that are
-// not valid UTF-8 (a key may hold any header bytes) get U+FFFD (DumpJson).
+// `wall` as RFC 3339 UTC with milliseconds: "2026-12-06T13:10:00.123Z".
+// Arithmetic only (no gmtime_r, which takes glibc's time-zone lock on every
+// call), so I/O threads do not contend for it.
+std::string Rfc3339Millis(std::chrono::system_clock::time_point wall);
+
+// The line for one request that `intent` classified, its fields in this
+// order: ts (`wall`, Rfc3339Millis), request_id, client, method, path,
+// route, then key and token (fenced writes) and idempotency_key when there
+// is one, then outcome, status, bytes_in, bytes_out, upstream_ms (only when
+// the request reached the backend), total_ms (from record.started to `now`)
+// and shadow_violation when there is one. Strings go through
+// AppendJsonString.
 std::string AccessLogLine(const RequestRecord& record, std::string_view request_id,
                           std::string_view client, std::string_view method,
                           std::string_view path, const WriteIntent& intent,
-                          RequestRecord::Clock::time_point now);
+                          RequestRecord::Clock::time_point now,
+                          std::chrono::system_clock::time_point wall);
+
+// Appends `text` to `out` as a JSON string: quotes, backslashes and control
+// bytes escaped, well-formed UTF-8 kept, and U+FFFD for each byte that
+// begins no UTF-8 character (a key may hold any header bytes), so the
+// result is valid UTF-8 on one line whatever the bytes.
+void AppendJsonString(std::string& out, std::string_view text);
 
 }  // namespace fencegate::proxy

@@ -3,12 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "net/head_limit.h"
 #include "proxy/headers.h"
 #include "fence/request_checks.h"
 #include "net/read_attempt.h"
 #include "net/write_whole.h"
+#include "proxy/refusal_log.h"
 
 namespace fencegate::proxy {
 
@@ -117,6 +119,7 @@ void HttpSession::TakeSnapshot() {
 void HttpSession::DoReadHeader() {
   if (ctx_.draining.load(std::memory_order_relaxed) && buffer_.size() == 0) return Close();
   intent_ = WriteIntent{};
+  target_.path.clear();  // a head refused before it is parsed has no path
   request_id_.clear();
   record_.Reset();
   exchange_.Reset();
@@ -302,6 +305,7 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
   }
   record_.outcome = outcome;
   record_.status = reply.result_int();
+  if (record_.status >= 400) LogRefusal(reply);
   // Unread body bytes would be taken for the next request: close instead.
   bool keep_alive = request_keep_alive_ && req_parser_ && req_parser_->is_done() &&
                     !ctx_.draining.load(std::memory_order_relaxed);
@@ -440,7 +444,30 @@ void HttpSession::AccessLog(Clock::time_point now) {
   std::string_view method;
   if (req_parser_) method = req_parser_->get().method_string();
   spdlog::get("access")->info(AccessLogLine(record_, request_id_, client_ip_, method, target_.path,
-                                            intent_, now));
+                                            intent_, now, std::chrono::system_clock::now()));
+}
+
+void HttpSession::LogRefusal(const Reply& reply) {
+  if (!spdlog::should_log(spdlog::level::info)) return;
+  uint64_t held_back = 0;
+  const int64_t second =
+      std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
+  if (!ctx_.refusals.Admit(second, &held_back)) return;
+  if (held_back > 0) {
+    spdlog::info("{} more refused request(s) were not logged (at most {} lines a second)",
+                 held_back, kRefusalLinesPerSecond);
+  }
+  const std::string error = ErrorCodeOf(reply.body());
+  Refusal refusal;
+  refusal.status = reply.result_int();
+  refusal.error = error;
+  refusal.request_id = request_id_.empty() ? std::string_view("-") : request_id_;
+  refusal.client = client_ip_;
+  if (req_parser_ && req_parser_->is_header_done()) {
+    refusal.method = req_parser_->get().method_string();
+  }
+  refusal.path = target_.path;
+  spdlog::info(RefusalLine(refusal, intent_));
 }
 
 }  // namespace fencegate::proxy

@@ -109,6 +109,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The worker's RequestShard: the request's route, outcome and durations.
   void CountRequest(Clock::time_point now);
   void AccessLog(Clock::time_point now);
+  // The refusal log's line for `reply`, fencegate's own error (refusal_log.h).
+  void LogRefusal(const Reply& reply);
 
   // The worker's concrete executor type, as the pool's connections; TLS when
   // the listener has tls:.

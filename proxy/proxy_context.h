@@ -18,6 +18,7 @@
 #include "net/deadline.h"
 #include "proxy/idempotency_gate.h"
 #include "proxy/live_config.h"
+#include "proxy/refusal_log.h"
 #include "proxy/upstream_pool.h"
 #include "storage/idempotency_store.h"
 
@@ -38,6 +39,7 @@ struct ProxyContext {
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> requests_in_flight{0};
   std::unique_ptr<ClientLimiter> clients;  // limits.max_connections_per_client
+  RefusalLimiter refusals;                 // the refusal log's lines per second
   // Every I/O thread's Worker, in order; set before the first connection.
   // A session moves to the Worker of a key its writes wait for
   // (SessionAffinity).

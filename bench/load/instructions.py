@@ -25,6 +25,9 @@ named in --scenarios (fencegate then has run.py's idempotent route /pay/):
                (replayed, never at the backend)
 
 With --baseline, the same for a second binary, and the ratios this/baseline.
+--access-log stderr|file turns the access log on (stderr is redirected to a
+file in the work dir; `file` sets log.access_log_file, which a binary from
+before that field refuses), so its cost per request is in the count.
 A count moves by well under 1% between runs of one binary (timers and the
 background threads' idle work during the pauses add a little, the same in
 every scenario, so that `fence` cancels it), so a change of a few hundred
@@ -169,8 +172,9 @@ def measure(args, procs, work, name, binary, backend_port):
     os.makedirs(cg_dir)
     wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                f"--callgrind-out-file={cg_dir}/callgrind.out"]
+    access_log = {"off": False, "stderr": True, "file": "file"}[args.access_log]
     fg = run.Fencegate(procs, binary, work, f"fg-{name}", args.threads, backend_port, "async",
-                       False, wrapper=wrapper, ready_secs=300,
+                       access_log, wrapper=wrapper, ready_secs=300,
                        idempotent=any(sc in IDEMPOTENT for sc in args.scenarios))
     result = {"binary": binary}
     try:
@@ -298,6 +302,9 @@ def main():
                     help="JSON output (default: build/bench-results/instructions.json under "
                          "the repository root; never the source tree)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (dumps, logs)")
+    ap.add_argument("--access-log", choices=("off", "stderr", "file"), default="off",
+                    help="log.access_log off (default), on to stderr (a file in the work "
+                         "dir), or on to log.access_log_file; the count includes its write")
     ap.add_argument("--quick", action="store_true",
                     help="a few requests per scenario: proves the tool works")
     ap.add_argument("--self-test", action="store_true",

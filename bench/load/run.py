@@ -270,7 +270,11 @@ class Fencegate(fencegate_proc.Fencegate):
                                    "durability": durability},
             "admin": {"listen": "127.0.0.1:0"},
             "limits": {"max_connections": max_conns},
-            "log": {"level": log_level, "access_log": bool(access_log)},
+            "log": {"level": log_level, "access_log": bool(access_log),
+                    # access_log "file": the lines go to access.log in the
+                    # work dir instead of fencegate.log (stderr).
+                    **({"access_log_file": os.path.join(d, "access.log")}
+                       if access_log == "file" else {})},
         })
         super().__init__(binary, cfg, d, stderr_name="fencegate.log", wrapper=wrapper,
                          start_timeout=ready_secs, procs=procs)

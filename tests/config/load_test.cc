@@ -194,6 +194,8 @@ TEST(LoadTest, FullExampleSetsEveryFieldAwayFromItsDefault) {
   EXPECT_NE(full.limits.max_connections_per_client, minimal.limits.max_connections_per_client);
   EXPECT_NE(full.log.level, minimal.log.level);
   EXPECT_NE(full.log.access_log, minimal.log.access_log);
+  EXPECT_NE(full.log.file, minimal.log.file);
+  EXPECT_NE(full.log.access_log_file, minimal.log.access_log_file);
 }
 
 TEST(LoadTest, EveryExampleFileLoads) {
