@@ -60,7 +60,7 @@ TEST(SuggestionTest, ALetterCaseDifferenceIsNamed) {
 
 TEST(SuggestionTest, TwoEditsAreCloseOnlyForNamesLongerThanThree) {
   EXPECT_TRUE(FailsAt(WithUpstream("log:\n  lvl: info\n"), 3, "log.lvl",
-                      "unknown key (expected one of level, access_log)"));
+                      "unknown key (expected one of level, file, access_log, access_log_file)"));
   EXPECT_TRUE(FailsAt(WithUpstream("log:\n  lelev: info\n"), 3, "log.lelev",
                       "did you mean 'level'?"));
 }

@@ -15,7 +15,7 @@ prometheus_parser = pytest.importorskip(
     "prometheus_client.parser", reason="python3-prometheus-client is not installed")
 
 OUTCOMES = {"forwarded", "stale", "token_required", "bad_request", "store_unavailable",
-            "upstream_error", "overloaded", "replayed", "idempotency_mismatch",
+            "upstream_error", "overloaded", "expired", "replayed", "idempotency_mismatch",
             "idempotency_in_flight", "idempotency_response_not_kept", "client_error"}
 ROUTES = {"", "objects", "shadowed", "pay"}
 FAULTS = "/v1/test/store-faults"

@@ -353,19 +353,21 @@ def shipped_configs():
 
 @pytest.fixture(scope="module")
 def stand_ins(tmp_path_factory):
-    """A certificate and its key, and a token file: what a shipped
-    configuration's *_file fields point at when the file is not on this
-    machine (they name the host's /etc/fencegate, /run/secrets...)."""
+    """A certificate and its key, a token file and log files in a writable
+    directory: what a shipped configuration's file fields point at when the
+    file is not on this machine (they name the host's /etc/fencegate,
+    /run/secrets, /var/log/fencegate...)."""
     d = tmp_path_factory.mktemp("stand-ins")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                     "-subj", "/CN=stand-in", "-keyout", str(d / "key.pem"),
                     "-out", str(d / "cert.pem")], check=True, capture_output=True, timeout=60)
     (d / "token").write_text("stand-in-admin-token\n")
     return {"key_file": str(d / "key.pem"), "token_file": str(d / "token"),
-            "password_file": str(d / "token"), "other": str(d / "cert.pem")}
+            "password_file": str(d / "token"), "file": str(d / "fencegate.log"),
+            "access_log_file": str(d / "access.log"), "other": str(d / "cert.pem")}
 
 
-FILE_FIELD = re.compile(r'^(\s*)(\w*_file):(\s*)"([^"]+)"', re.M)
+FILE_FIELD = re.compile(r'^(\s*)((?:\w+_)?file):(\s*)"([^"]+)"', re.M)
 
 
 def with_stand_ins(text, stand_ins):

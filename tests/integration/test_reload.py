@@ -310,3 +310,29 @@ def test_idempotency_keys_switch_on_and_off_with_a_reload(gate, backend, tmp_pat
     rewrite(gate, backend, tmp_path, routes=[pay])
     assert reload_by_admin(gate).status == 200
     assert post("k2").header("Idempotent-Replayed") is None
+
+
+def test_a_route_keeps_its_metrics_across_reloads(gate, backend, tmp_path):
+    """A route's request counts keep counting through a reload; a route a
+    reload adds has series of its own from then on; one it removes keeps
+    its last counts."""
+    def counts():
+        text = gate.admin_get("/metrics").body.decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("fencegate_requests_total{") and 'outcome="token_required"' in line:
+                route = line.split('route="', 1)[1].split('"', 1)[0]
+                out[route] = float(line.rsplit(" ", 1)[1])
+        return out
+
+    assert_json_error(gate.put("/objects/a"), 428, "token_required")
+    assert counts().get("objects") == 1
+    rewrite(gate, backend, tmp_path, routes=TWO_ROUTES)
+    assert reload_by_admin(gate).status == 200
+    assert_json_error(gate.put("/objects/a"), 428, "token_required")
+    assert_json_error(gate.put("/docs/a"), 428, "token_required")
+    assert counts() == {"": 0, "objects": 2, "docs": 1}
+    rewrite(gate, backend, tmp_path, routes=TWO_ROUTES[1:])
+    assert reload_by_admin(gate).status == 200
+    assert_json_error(gate.put("/docs/a"), 428, "token_required")
+    assert counts() == {"": 0, "objects": 2, "docs": 2}
