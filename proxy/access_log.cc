@@ -49,7 +49,6 @@ std::string AccessLogLine(const RequestRecord& record, std::string_view request_
                           std::chrono::system_clock::time_point wall) {
   std::string line;
   line.reserve(320 + path.size() + intent.key.size());
-  auto out = std::back_inserter(line);
   auto text = [&](std::string_view name, std::string_view value) {
     line += ",\"";
     line += name;
@@ -80,10 +79,10 @@ std::string AccessLogLine(const RequestRecord& record, std::string_view request_
   number("bytes_out", record.bytes_out);
   if (record.upstream_started != RequestRecord::Clock::time_point{} &&
       record.upstream_ended >= record.upstream_started) {
-    fmt::format_to(out, ",\"upstream_ms\":{:.3f}",
+    fmt::format_to(std::back_inserter(line), ",\"upstream_ms\":{:.3f}",
                    Millis(record.upstream_ended - record.upstream_started));
   }
-  fmt::format_to(out, ",\"total_ms\":{:.3f}", Millis(now - record.started));
+  fmt::format_to(std::back_inserter(line), ",\"total_ms\":{:.3f}", Millis(now - record.started));
   if (!intent.shadow_violation.empty()) text("shadow_violation", intent.shadow_violation);
   line += '}';
   return line;

@@ -73,8 +73,9 @@ TEST(LatencyHistogramTest, SharedRecordsFromManyThreadsAllCount) {
   }
   for (auto& t : threads) t.join();
   HistogramSnapshot s = h.Snapshot();
-  EXPECT_EQ(s.count, uint64_t{kThreads} * kEach);
-  EXPECT_EQ(s.counts[1], uint64_t{kThreads} * kEach);
+  const auto want = static_cast<uint64_t>(kThreads) * kEach;
+  EXPECT_EQ(s.count, want);
+  EXPECT_EQ(s.counts[1], want);
   EXPECT_NEAR(s.sum_seconds, kThreads * kEach * 0.0002, 1e-6);
 }
 
