@@ -136,7 +136,12 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
     // on its own thread and stops after the server's drain, before the store
     // is closed.
     std::optional<locks::LockServer> lock_server;
-    if (cfg->locks.endpoint) lock_server.emplace(cfg, *store);
+    if (cfg->locks.endpoint) {
+      lock_server.emplace(cfg, *store);
+      // Read at scrape time; the admin listener stops before lock_server goes.
+      server.AddMetricsSource(
+          [&locks = *lock_server](metrics::Families* out) { locks.AddMetrics(out); });
+    }
     std::string error;
     if (!server.Start(&error) || (lock_server && !lock_server->Start(&error))) {
       spdlog::critical("{}", error);

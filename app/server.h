@@ -66,6 +66,11 @@ class Server {
   using ReloadObserver = std::function<void(ReloadPhase phase, const ReloadOutcome* outcome)>;
   void SetReloadObserver(ReloadObserver observer) { reload_observer_ = std::move(observer); }
 
+  // More families for GET /metrics (the lock service's); before Start.
+  void AddMetricsSource(metrics::Exposition::Source source) {
+    exposition_.Add(std::move(source));
+  }
+
   // Reloads the configuration file now: applied whole, without dropping a
   // connection, or refused whole (an invalid file, a field that changes
   // only with a restart) with the running configuration kept; logged

@@ -58,4 +58,27 @@ void LockServer::Stop() {
   spdlog::info("lock service stopped");
 }
 
+void LockServer::AddMetrics(metrics::Families* out) const {
+  const LockCounters& c = service_.counters();
+  struct Row {
+    const char* name;
+    const char* help;
+    const std::atomic<uint64_t>& value;
+  };
+  const Row rows[] = {
+      {"fencegate_locks_grants_total", "Leases the lock service granted.", c.grants},
+      {"fencegate_locks_renewals_total", "Leases renewed.", c.renewals},
+      {"fencegate_locks_releases_total", "Leases released by their holder.", c.releases},
+      {"fencegate_locks_expirations_total", "Leases whose TTL ran out.", c.expirations},
+      {"fencegate_locks_refused_held_total",
+       "Acquires answered 409: the lock was held, after any wait.", c.refused_held},
+      {"fencegate_locks_store_errors_total",
+       "Grants refused because their token could not be made durable.", c.store_errors},
+  };
+  for (const Row& r : rows) {
+    metrics::AddCounter(out, r.name, r.help,
+                        static_cast<double>(r.value.load(std::memory_order_relaxed)));
+  }
+}
+
 }  // namespace fencegate::locks

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "locks/lock_service.h"
 #include "locks/lock_session.h"
+#include "metrics/exposition.h"
 #include "net/listener.h"
 #include "storage/token_store.h"
 
@@ -34,6 +35,10 @@ class LockServer {
   bool Start(std::string* error);
   boost::asio::ip::tcp::endpoint endpoint() const;  // bound address, after Start
   void Stop();
+
+  // The lock service's counters as Prometheus families
+  // (fencegate_locks_*_total), for the admin listener's GET /metrics.
+  void AddMetrics(metrics::Families* out) const;
 
  private:
   std::shared_ptr<const config::Config> config_;

@@ -47,7 +47,8 @@ uint64_t LockService::NewLeaseId() {
   }
 }
 
-LockResult LockService::Held(const Lock& lock) const {
+LockResult LockService::Held(const Lock& lock) {
+  LockCounters::Bump(counters_.refused_held);
   LockResult r;
   r.error = LockError::kHeld;
   if (lock.holder) r.expires_in = Left(lock.holder->expires, clock_.Now());
@@ -77,6 +78,7 @@ void LockService::Renew(const std::string& name, uint64_t lease, const Handler& 
   Lease& l = *it->second.holder;
   l.expires = clock_.Now() + l.ttl;
   ArmTimer();
+  LockCounters::Bump(counters_.renewals);
   handler(LockResult::Ok(l.token, l.id, l.ttl));
 }
 
@@ -90,6 +92,7 @@ void LockService::Release(const std::string& name, uint64_t lease, const Handler
   }
   LockResult r = LockResult::Ok(it->second.holder->token, lease, Duration{0});
   it->second.holder.reset();
+  LockCounters::Bump(counters_.releases);
   ServeWaiters(name);
   handler(r);
   MaybeForget(name);
@@ -105,6 +108,7 @@ void LockService::ExpireDue() {
                    lock.holder->token);
       lock.last_expired_lease = lock.holder->id;
       lock.holder.reset();
+      LockCounters::Bump(counters_.expirations);
     }
     for (auto w = lock.waiters.begin(); w != lock.waiters.end();) {
       if (w->deadline <= now) {
@@ -123,7 +127,12 @@ void LockService::ExpireDue() {
   // the waiters served above) still has, as an acquire without a wait does.
   for (auto& [name, h] : timed_out) {
     auto it = locks_.find(name);
-    h(it != locks_.end() ? Held(it->second) : LockResult::Fail(LockError::kHeld));
+    if (it != locks_.end()) {
+      h(Held(it->second));
+    } else {
+      LockCounters::Bump(counters_.refused_held);
+      h(LockResult::Fail(LockError::kHeld));
+    }
   }
   ArmTimer();
 }
@@ -190,6 +199,7 @@ void LockService::FinishGrant(const std::string& name, uint64_t token, Duration 
   ArmTimer();
   spdlog::info("locks: '{}' granted to lease {} with token {} (ttl {}ms)", name, lock.holder->id,
                token, ttl.count());
+  LockCounters::Bump(counters_.grants);
   handler(LockResult::Ok(token, lock.holder->id, ttl));
 }
 
@@ -199,6 +209,7 @@ void LockService::FailGrant(const std::string& name, const storage::Status& stat
   Lock& lock = locks_[name];
   lock.granting = false;
   lock.last_token.reset();  // unknown again: re-read before the next grant
+  LockCounters::Bump(counters_.store_errors);
   LockResult r;
   r.error = LockError::kStore;
   r.status = status;

@@ -21,6 +21,7 @@
 // a fake clock and call ExpireDue() instead of waiting.
 
 #include <boost/asio/any_io_executor.hpp>
+#include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
@@ -87,6 +88,19 @@ struct LockResult {
   }
 };
 
+// What the service did, for GET /metrics: written on the service's thread,
+// read at scrape time from another (relaxed atomics).
+struct LockCounters {
+  std::atomic<uint64_t> grants{0};        // leases granted (a token made durable)
+  std::atomic<uint64_t> renewals{0};      // leases renewed
+  std::atomic<uint64_t> releases{0};      // leases released by their holder
+  std::atomic<uint64_t> expirations{0};   // leases whose TTL ran out
+  std::atomic<uint64_t> refused_held{0};  // acquires answered 409: held, after any wait
+  std::atomic<uint64_t> store_errors{0};  // grants whose token could not be made durable
+
+  static void Bump(std::atomic<uint64_t>& a) { a.fetch_add(1, std::memory_order_relaxed); }
+};
+
 class LockService {
  public:
   using Handler = std::function<void(const LockResult&)>;
@@ -114,6 +128,7 @@ class LockService {
   void Shutdown();
 
   size_t held_count() const;  // locks currently held or being granted
+  const LockCounters& counters() const { return counters_; }
 
  private:
   struct Lease {
@@ -145,7 +160,7 @@ class LockService {
   void MaybeForget(const std::string& name);
   void ArmTimer();
   uint64_t NewLeaseId();
-  LockResult Held(const Lock& lock) const;
+  LockResult Held(const Lock& lock);  // counts the refusal
 
   boost::asio::any_io_executor executor_;
   storage::TokenStore& store_;
@@ -156,6 +171,7 @@ class LockService {
   std::map<std::string, Lock> locks_;  // only names that are held, granting or awaited
   std::shared_ptr<bool> alive_;        // store callbacks check it before touching `this`
   bool shut_down_ = false;
+  LockCounters counters_;
 };
 
 }  // namespace fencegate::locks

@@ -4,12 +4,13 @@ request counter must hold exactly what was sent; the text must parse as the
 Prometheus exposition format, and no label value may be a key, a path or a
 token."""
 
+import json
 import threading
 import time
 
 import pytest
 
-from fg_helpers import IO_TIMEOUT, RawConnection, assert_json_error, request
+from fg_helpers import IO_TIMEOUT, RawConnection, assert_json_error, parse_addr, request
 
 prometheus_parser = pytest.importorskip(
     "prometheus_client.parser", reason="python3-prometheus-client is not installed")
@@ -289,3 +290,34 @@ def test_the_etcd_engine_counts_its_writes(make_gate, backend, etcd):
     # etcd makes its writes durable itself: no fsync or reopen of ours to count.
     assert "fencegate_store_syncs" not in families
     assert "fencegate_store_recoveries" not in families
+
+
+def test_the_lock_service_counts_what_it_did(make_gate):
+    """Grants, a refusal while held, a renewal, a release, an expiry and a
+    grant the store could not make durable, each counted once."""
+    gate = make_gate(name="locks", locks={"listen": "127.0.0.1:0", "max_ttl": "30s"},
+                     extra_args=["--enable-test-faults"])
+    addr = parse_addr(gate.listening["locks"])
+
+    def call(name, op, body):
+        return request(addr, "POST", f"/v1/locks/{name}/{op}",
+                       [("Content-Type", "application/json")], json.dumps(body))
+
+    def locks(families):
+        return {f: single(families, f) for f in families if f.startswith("fencegate_locks_")}
+
+    _, families = scrape(gate)
+    assert set(locks(families).values()) == {0}, locks(families)
+    first = call("a", "acquire", {"ttl": "10s"}).json()
+    assert call("a", "acquire", {"ttl": "10s"}).status == 409
+    assert call("a", "renew", {"lease": first["lease"]}).status == 200
+    assert call("a", "release", {"lease": first["lease"]}).status == 200
+    assert call("b", "acquire", {"ttl": "50ms"}).status == 200
+    set_faults(gate, True)
+    assert call("c", "acquire", {"ttl": "10s"}).status == 503
+    set_faults(gate, False)
+    want = {"fencegate_locks_grants": 2, "fencegate_locks_refused_held": 1,
+            "fencegate_locks_renewals": 1, "fencegate_locks_releases": 1,
+            "fencegate_locks_expirations": 1, "fencegate_locks_store_errors": 1}
+    # The 50 ms lease runs out on the service's timer.
+    scrape_when(gate, lambda f: locks(f) == want, f"the lock counters {want}")
