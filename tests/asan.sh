@@ -18,8 +18,14 @@
 # the g++ stage already runs; under ASan they would double),
 # integration.kill_torture (half a minute of both cores; integration.crash
 # SIGKILLs an instrumented fencegate under load already) and chaos.checker
-# and chaos.fastbackend (pure Python, nothing to sanitize), and docs.* (the
-# documented commands: the integration suite covers what they drive).
+# and chaos.fastbackend (pure Python, nothing to sanitize), docs.* (the
+# documented commands: the integration suite covers what they drive),
+# integration.packaging (it checks the release binary's shared libraries and
+# the shipped files, not code), and the tests that mostly wait on other
+# processes over paths the rest of the suite drives already:
+# integration.etcd_cluster and integration.haproxy_recipe (etcd elections,
+# HAProxy's checks; integration.etcd_replicas runs the etcd engine here),
+# integration.gc_pause_demo and integration.demo (the demo scripts).
 #
 # Any report fails the stage. UBSan is fatal (-fno-sanitize-recover), ASan
 # and LSan exit with exitcode=66, and every instrumented process -- the test
@@ -65,7 +71,8 @@ export LSAN_OPTIONS="$common"
 rc=0
 # shellcheck disable=SC2086
 ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "${ASAN_CTEST_JOBS:-3}" \
-  -E '^(chaos\.|docs\.|integration\.kill_torture$)' ${ASAN_CTEST_ARGS:-} || rc=$?
+  -E '^(chaos\.|docs\.|integration\.(kill_torture|packaging|etcd_cluster|haproxy_recipe|gc_pause_demo|demo)$)' \
+  ${ASAN_CTEST_ARGS:-} || rc=$?
 ran=$(date +%s)
 
 mapfile -t reports < <(find "$REPORTS" -type f | sort)
