@@ -1,6 +1,7 @@
 // The process_* families (exposition.h): what Prometheus clients report of
 // their own process, read from /proc at scrape time.
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -65,12 +66,19 @@ void AddProcessFamilies(Families* out) {
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   std::vector<std::string> f = StatFields();
-  // proc(5): utime 14, stime 15, starttime 22, vsize 23, rss 24.
+  // proc(5): starttime 22, vsize 23, rss 24.
   constexpr size_t kFirst = 3;
   auto field = [&](size_t n) { return std::stod(f[n - kFirst]); };
-  if (f.size() > 24 - kFirst && ticks > 0) {
+  // getrusage, not utime and stime of /proc/self/stat: those are whole clock
+  // ticks (10 ms), so a process that mostly waits reads 0 for a long time.
+  if (rusage use{}; getrusage(RUSAGE_SELF, &use) == 0) {
+    auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+    };
     AddCounter(out, "process_cpu_seconds_total", "User and system CPU time spent, in seconds.",
-               (field(14) + field(15)) / ticks);
+               seconds(use.ru_utime) + seconds(use.ru_stime));
+  }
+  if (f.size() > 24 - kFirst && ticks > 0) {
     AddGauge(out, "process_virtual_memory_bytes", "Virtual memory size in bytes.", field(23));
     AddGauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.",
              field(24) * page);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,33 @@ TEST(ExpositionTest, ProcessFamiliesAreRead) {
                          std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_LE(start, now + 1);
   EXPECT_GT(start, now - 24 * 3600.0 * 365);
+}
+
+double CpuSeconds() {
+  Families out;
+  AddProcessFamilies(&out);
+  const auto* f = Find(out, "process_cpu_seconds_total");
+  return f == nullptr ? -1 : f->metric[0].counter.value;
+}
+
+// Finer than the clock tick (10 ms) of /proc/self/stat: a few milliseconds of
+// work show.
+TEST(ExpositionTest, CpuTimeCountsMilliseconds) {
+  const double before = CpuSeconds();
+  timespec start{};
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
+  auto ms = [](const timespec& t) {
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+  };
+  volatile unsigned spin = 0;
+  do {
+    for (int i = 0; i < 10000; ++i) spin = spin + 1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  } while (ms(now) - ms(start) < 4);
+  const double after = CpuSeconds();
+  EXPECT_GT(before, 0);
+  EXPECT_GE(after - before, 0.003) << before << " -> " << after;
 }
 
 }  // namespace
