@@ -218,7 +218,9 @@ std::optional<StoreCounters> EtcdStore::Counters() const {
   return StoreCounters{.requests = counts_.requests.load(std::memory_order_relaxed),
                        .batches = counts_.batches.load(std::memory_order_relaxed),
                        .writes = counts_.writes.load(std::memory_order_relaxed),
-                       .write_errors = counts_.write_errors.load(std::memory_order_relaxed)};
+                       .write_errors = counts_.write_errors.load(std::memory_order_relaxed),
+                       .syncs = std::nullopt,        // etcd makes its own writes durable
+                       .recoveries = std::nullopt};  // and recovers by itself
 }
 
 void EtcdStore::RunBatch(std::vector<Single>& batch) {
