@@ -5,8 +5,8 @@
 # folder may include which, no cycle), then static analysis: clang-tidy
 # (checks in .clang-tidy) and cppcheck over fencegate's own sources, through
 # the compile database of a configure-only clang build directory. clang-tidy
-# reads app/, proxy/, admin/, locks/, fence/, net/, storage/, tls/ and
-# config/ -- every header they include from those directories too; cppcheck
+# reads app/, proxy/, admin/, locks/, fence/, net/, storage/, tls/, config/
+# and metrics/ -- every header they include from those directories too; cppcheck
 # reads those and the tests (unit tests and fuzz targets). (clang-tidy over
 # test code would double the stage's time: each fuzz target alone costs as
 # much as a proxy source, for code that only drives the code under test.)
@@ -33,7 +33,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FENCEGATE_LINT_BUILD_DIR:-$ROOT/build-lint}"
 JOBS="${LINT_JOBS:-2}"
-PRODUCT_DIRS=(app proxy admin locks fence net storage tls config)
+PRODUCT_DIRS=(app proxy admin locks fence net storage tls config metrics)
 TIDY_DIRS=("${PRODUCT_DIRS[@]}")
 CPPCHECK_DIRS=("${PRODUCT_DIRS[@]}" tests)
 tools=("$@")
