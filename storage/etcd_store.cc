@@ -251,13 +251,16 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
       responses = &*it;
     }
   }
+  // The writes are answered after they are counted, so that whoever sees
+  // an answer (GET /metrics right after a response) sees its write counted.
+  std::vector<std::pair<Status, Fence>> decided(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     Single& call = batch[i];
     if (!status.ok()) {
       if (call.kind == Single::Kind::kGet) {
         call.get(status, std::nullopt);
       } else {
-        call.fence(status, Fence{});
+        decided[i] = {status, Fence{}};
       }
       continue;
     }
@@ -289,16 +292,19 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
         std::optional<uint64_t> stored;
         if (read.empty() || !read[0].contains("response_range") ||
             !ValueOf(read[0]["response_range"], &stored) || !stored || *stored < call.token) {
-          call.fence(Malformed("a decided check-and-advance"), Fence{});
+          decided[i] = {Malformed("a decided check-and-advance"), Fence{}};
           continue;
         }
         fence.current = *stored;
         fence.accepted = call.kind == Single::Kind::kRaise || *stored == call.token;
       }
     }
-    call.fence(Status::Ok(), fence);
+    decided[i] = {Status::Ok(), fence};
   }
   if (requests > 0) CountWrite(requests, status, written);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].kind != Single::Kind::kGet) batch[i].fence(decided[i].first, decided[i].second);
+  }
 }
 
 void EtcdStore::RunSeveral(Several& call) {

@@ -232,6 +232,28 @@ TEST_F(EtcdStoreTest, CallsQueuedTogetherShareATransaction) {
   EXPECT_LT(transactions, kKeys / 4) << "200 queued advances took " << transactions;
 }
 
+// Whoever sees an answer sees its write counted: GET /metrics right after
+// a response counts that response's check-and-advance.
+TEST_F(EtcdStoreTest, AWriteIsCountedBeforeItIsAnswered) {
+  auto store = Open();
+  struct Step {
+    uint64_t token;
+    uint64_t requests;  // counted when its answer comes
+    uint64_t writes;
+  };
+  // The last one is stale: refused, nothing written.
+  for (const Step& step : {Step{5, 1, 1}, Step{6, 2, 2}, Step{4, 3, 2}}) {
+    std::promise<StoreCounters> seen;
+    store->Advance("/objects/counted", step.token, [&](const Status& s, Fence) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      seen.set_value(store->Counters().value());
+    });
+    const StoreCounters at_answer = seen.get_future().get();
+    EXPECT_EQ(at_answer.requests, step.requests) << "token " << step.token;
+    EXPECT_EQ(at_answer.writes, step.writes) << "token " << step.token;
+  }
+}
+
 TEST_F(EtcdStoreTest, ACallQueuedTwiceForOneKeyIsDecidedInOrder) {
   auto store = Open();
   std::promise<Fence> first;
