@@ -1,9 +1,11 @@
 // fencegate: a reverse proxy that refuses writes carrying a stale fencing
 // token. This file wires the parts together: config -> store -> server.
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -37,6 +39,15 @@ using namespace fencegate;
 constexpr int kExitOk = 0;
 constexpr int kExitRuntime = 1;
 constexpr int kExitConfig = 2;
+
+// Holds `sig` (blocks it) in the calling thread and in every thread it
+// starts from now on, or lets it through the calling thread again.
+void HoldSignal(int sig, bool hold) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  pthread_sigmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+}
 
 std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
   std::string host = e.address().to_string();
@@ -120,6 +131,7 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
   int code = kExitOk;
   {
     proxy::Server server(cfg, *store, set_faults, std::move(tls));
+    HoldSignal(SIGHUP, false);  // the server catches it from its construction on
     // SIGHUP and POST /v1/reload read the --config file again, as --check does.
     server.SetLoader([path = cfg->source](app::CheckedConfig* out, std::string* error) {
       return app::LoadChecked(path, /*read_files=*/true, ProcessEnvironment, out, error);
@@ -372,12 +384,22 @@ int Main(int argc, char** argv) {
   }
   if (export_cmd->parsed()) return RunExport(*cfg, export_output);
   if (import_cmd->parsed()) return RunImport(*cfg, import_input);
+  // SIGUSR1 (reopen the log files) and SIGHUP (reload) are held from here,
+  // once the configuration has been read, until what acts on them exists:
+  // one sent while a log file or the store opens (replaying a long WAL
+  // takes seconds) is acted on then, instead of ending the process by the
+  // default action. Threads started meanwhile (RocksDB's, the I/O threads)
+  // keep them held; the main thread, which lives as long as the process,
+  // takes them.
+  HoldSignal(SIGUSR1, true);
+  HoldSignal(SIGHUP, true);
   LogFiles logs;
   if (std::string log_error; !logs.Open(cfg->log, &log_error)) {
     std::cerr << "fencegate: cannot open a log file: " << log_error << "\n";
     return kExitRuntime;
   }
-  logs.WatchReopenSignal();  // before "listening": from then on SIGUSR1 must not end the process
+  logs.WatchReopenSignal();
+  HoldSignal(SIGUSR1, false);
   return Serve(cfg, test_faults, std::move(tls_contexts));
 }
 

@@ -107,8 +107,9 @@ class Server {
   std::shared_ptr<Listener> proxy_listener_;
   std::shared_ptr<Listener> admin_listener_;
   boost::asio::signal_set signals_;
-  // SIGHUP, caught from construction on so that an early one does not end
-  // the process.
+  // SIGHUP, caught from construction on. main holds it before that (from
+  // once the configuration has been read), so that one sent while the store
+  // opens waits here instead of ending the process.
   boost::asio::signal_set reload_signals_;
   Loader loader_;
   ReloadObserver reload_observer_;

@@ -5,15 +5,19 @@ too; an invalid one, or one that changes a field bound at start, is refused
 whole and the running configuration keeps serving; no connection or queued
 write is lost while reloads happen under load."""
 
+import json
 import os
 import signal
+import subprocess
 import threading
 import time
 
 import pytest
 
-from fg_helpers import (ADMIN_TOKEN, IO_TIMEOUT, RawConnection, admin_key_path,
-                        assert_json_error, default_config, tokens_seen, write_config)
+from fg_helpers import (ADMIN_TOKEN, IO_TIMEOUT, START_TIMEOUT, RawConnection, admin_key_path,
+                        assert_json_error, default_config, parse_addr, read_first_line,
+                        request, tokens_seen, write_config)
+from fencegate_proc import Processes, drain  # after fg_helpers, which puts it on the path
 
 RELOADED = "configuration reloaded from"
 REFUSED = "configuration reload from"
@@ -341,3 +345,57 @@ def test_a_route_keeps_its_metrics_across_reloads(gate, backend, tmp_path):
     assert reload_by_admin(gate).status == 200
     assert_json_error(gate.put("/docs/a"), 428, "token_required")
     counted({"": 0, "objects": 2, "docs": 2})
+
+
+def holds(pid, sig):
+    """Whether process `pid` holds (blocks) `sig`: SigBlk of its main
+    thread, proc(5)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigBlk:"):
+                return (int(line.split()[1], 16) >> (sig - 1)) & 1 == 1
+    return False
+
+
+def test_a_sighup_while_starting_reloads_once_listening(backend, fencegate_bin, tmp_path):
+    """SIGHUP and SIGUSR1 sent after the configuration was read but before
+    fencegate can act on them do not end the process: the reload happens
+    once it listens. Here the log file is a FIFO nobody reads yet, so
+    fencegate waits opening it, as it would while RocksDB replays a long
+    WAL."""
+    fifo = tmp_path / "app.log"
+    os.mkfifo(fifo)
+    config_path = tmp_path / "fencegate.yaml"
+
+    def config(routes):
+        return default_config(backend.port, tmp_path / "data", routes=routes,
+                              log={"level": "info", "file": str(fifo)})
+
+    write_config(config_path, config(TWO_ROUTES[:1]))
+    procs = Processes()
+    try:
+        proc = procs.start([fencegate_bin, "--config", str(config_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           stdin=subprocess.DEVNULL)
+        wait_for(lambda: proc.poll() is not None or holds(proc.pid, signal.SIGHUP),
+                 "fencegate to hold SIGHUP")
+        assert proc.poll() is None, f"fencegate exited with {proc.returncode}"
+        write_config(config_path, config(TWO_ROUTES))
+        os.kill(proc.pid, signal.SIGHUP)
+        os.kill(proc.pid, signal.SIGUSR1)
+        log = []
+        with open(fifo, "rb") as reader:  # lets fencegate's open of the FIFO return
+            drainer = threading.Thread(target=drain, args=(reader, log),
+                                       daemon=True)
+            drainer.start()
+            line, _ = read_first_line(proc, START_TIMEOUT, "fencegate")
+            proxy = parse_addr(json.loads(line)["proxy"])
+            wait_for(lambda: f"{RELOADED} {config_path}: 2 routes" in b"".join(log).decode(),
+                     "the reload's log line")
+            assert b"SIGUSR1: reopened" in b"".join(log)
+            assert_json_error(request(proxy, "PUT", "/docs/a", body=b"x"), 428,
+                              "token_required")
+            assert procs.stop(proc) == 0
+            drainer.join(timeout=IO_TIMEOUT)
+    finally:
+        procs.stop_all()
