@@ -352,10 +352,12 @@ void HttpSession::DoDiscardBody() {
 void HttpSession::EndRequest() {
   if (!in_request_) return;
   in_request_ = false;
+  // Out of flight before it is counted as ended: a scrape that sees it
+  // ended does not see it in flight too.
+  ctx_.requests_in_flight.fetch_sub(1, std::memory_order_relaxed);
   const Clock::time_point now = Clock::now();
   CountRequest(now);
   AccessLog(now);
-  ctx_.requests_in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void HttpSession::CountRequest(Clock::time_point now) {
