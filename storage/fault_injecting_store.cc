@@ -90,10 +90,12 @@ struct FaultInjectingStore::Impl {
     };
   }
 
-  // The records' calls: the base's, or an injected failure (fail, as a
-  // write or a read fails) answered on the timer thread with `empty`.
+  // One call of the base: refused once the store is closed; an injected
+  // fault (a write's or a read's, as `write` says) answered with `empty` on
+  // the timer thread; else `call` makes the base's call with the handler it
+  // is given, which answers after the injected delay.
   template <class Handler, class Value, class Call>
-  void Records(bool write, Handler handler, Value empty, Call call) {
+  void Guarded(bool write, Handler handler, Value empty, Call call) {
     if (stopped.load()) return handler(Status::Unavailable("token store is closed"), empty);
     FaultSpec faults = Faults();
     if (write ? faults.fail_writes : faults.fail_reads) {
@@ -102,7 +104,14 @@ struct FaultInjectingStore::Impl {
       });
       return;
     }
-    call(*base->Idempotency(), Delayed(faults.delay, std::move(handler)));
+    call(Delayed(faults.delay, std::move(handler)));
+  }
+
+  // The same for a call of the base's idempotency records.
+  template <class Handler, class Value, class Call>
+  void Records(bool write, Handler handler, Value empty, Call call) {
+    Guarded(write, std::move(handler), std::move(empty),
+            [&](Handler delayed) { call(*base->Idempotency(), std::move(delayed)); });
   }
 
   const std::unique_ptr<TokenStore> base;
@@ -143,84 +152,27 @@ FaultSpec FaultInjectingStore::faults() const { return impl_->Faults(); }
 
 void FaultInjectingStore::Advance(std::string key, uint64_t token,
                                   FenceHandler handler) {
-  if (impl_->stopped.load()) {
-    handler(Status::Unavailable("token store is closed"), Fence{});
-    return;
-  }
-  FaultSpec spec = impl_->Faults();
-  if (spec.fail_writes) {
-    impl_->Schedule(spec.delay, [handler = std::move(handler)] {
-      handler(Status::IoError("injected write fault"), Fence{});
-    });
-    return;
-  }
-  impl_->base->Advance(std::move(key), token,
-                       impl_->Delayed(spec.delay, std::move(handler)));
+  impl_->Guarded(true, std::move(handler), Fence{}, [&](FenceHandler h) {
+    impl_->base->Advance(std::move(key), token, std::move(h));
+  });
 }
 
 void FaultInjectingStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) {
-  if (impl_->stopped.load()) {
-    handler(Status::Unavailable("token store is closed"), BatchFence{});
-    return;
-  }
-  FaultSpec spec = impl_->Faults();
-  if (spec.fail_writes) {
-    impl_->Schedule(spec.delay, [handler = std::move(handler)] {
-      handler(Status::IoError("injected write fault"), BatchFence{});
-    });
-    return;
-  }
-  if (spec.delay.count() <= 0) {
-    impl_->base->AdvanceAll(std::move(items), std::move(handler));
-    return;
-  }
-  Impl* impl = impl_.get();
-  impl_->base->AdvanceAll(
-      std::move(items),
-      [impl, delay = spec.delay, handler = std::move(handler)](const Status& s, BatchFence f) {
-        impl->Schedule(delay, [handler, s, f = std::move(f)] { handler(s, f); });
-      });
+  impl_->Guarded(true, std::move(handler), BatchFence{}, [&](BatchFenceHandler h) {
+    impl_->base->AdvanceAll(std::move(items), std::move(h));
+  });
 }
 
 void FaultInjectingStore::Raise(std::string key, uint64_t token,
                                 FenceHandler handler) {
-  if (impl_->stopped.load()) {
-    handler(Status::Unavailable("token store is closed"), Fence{});
-    return;
-  }
-  FaultSpec spec = impl_->Faults();
-  if (spec.fail_writes) {
-    impl_->Schedule(spec.delay, [handler = std::move(handler)] {
-      handler(Status::IoError("injected write fault"), Fence{});
-    });
-    return;
-  }
-  impl_->base->Raise(std::move(key), token,
-                     impl_->Delayed(spec.delay, std::move(handler)));
+  impl_->Guarded(true, std::move(handler), Fence{}, [&](FenceHandler h) {
+    impl_->base->Raise(std::move(key), token, std::move(h));
+  });
 }
 
 void FaultInjectingStore::Get(std::string key, GetHandler handler) {
-  if (impl_->stopped.load()) {
-    handler(Status::Unavailable("token store is closed"), std::nullopt);
-    return;
-  }
-  FaultSpec spec = impl_->Faults();
-  if (spec.fail_reads) {
-    impl_->Schedule(spec.delay, [handler = std::move(handler)] {
-      handler(Status::IoError("injected read fault"), std::nullopt);
-    });
-    return;
-  }
-  if (spec.delay.count() <= 0) {
-    impl_->base->Get(std::move(key), std::move(handler));
-    return;
-  }
-  Impl* impl = impl_.get();
-  impl_->base->Get(std::move(key), [impl, delay = spec.delay,
-                                    handler = std::move(handler)](
-                                       const Status& s,
-                                       std::optional<uint64_t> v) {
-    impl->Schedule(delay, [handler, s, v] { handler(s, v); });
+  impl_->Guarded(false, std::move(handler), std::optional<uint64_t>{}, [&](GetHandler h) {
+    impl_->base->Get(std::move(key), std::move(h));
   });
 }
 
