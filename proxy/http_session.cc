@@ -202,6 +202,7 @@ void HttpSession::OnReadHeader(ec_t ec) {
   }
   if (IsTimeout(ec)) return Close();
   in_request_ = true;
+  counted_ = false;
   ctx_.requests_in_flight.fetch_add(1, std::memory_order_relaxed);
   request_keep_alive_ = false;
   if (ec && ec == http::error::header_limit) {
@@ -314,6 +315,7 @@ void HttpSession::SendReply(Reply reply, std::string_view outcome) {
   if (!request_id_.empty()) reply.set("X-Request-Id", request_id_);
   reply_ = std::move(reply);
   record_.bytes_out += reply_.body().size();
+  CountEnded();
   http::async_write(stream_, reply_,
                     Timed(client_deadline_, config_->limits.idle_timeout,
                           [self = shared_from_this(), keep_alive](ec_t ec, size_t) {
@@ -351,13 +353,18 @@ void HttpSession::DoDiscardBody() {
 
 void HttpSession::EndRequest() {
   if (!in_request_) return;
+  CountEnded();
   in_request_ = false;
+  AccessLog(Clock::now());
+}
+
+void HttpSession::CountEnded() {
+  if (!in_request_ || counted_) return;
+  counted_ = true;
   // Out of flight before it is counted as ended: a scrape that sees it
   // ended does not see it in flight too.
   ctx_.requests_in_flight.fetch_sub(1, std::memory_order_relaxed);
-  const Clock::time_point now = Clock::now();
-  CountRequest(now);
-  AccessLog(now);
+  CountRequest(Clock::now());
 }
 
 void HttpSession::CountRequest(Clock::time_point now) {

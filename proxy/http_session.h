@@ -105,6 +105,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // The response went whole: the next request, a close, or a move.
   void FinishRequest(bool keep_alive);
   void EndRequest();  // metrics, access log and in-flight count, once per request
+  // Out of flight and counted in the metrics, once per request: called as
+  // the last bytes of its answer are handed to the socket (so a client that
+  // reads the answer and then scrapes /metrics finds it counted), and from
+  // EndRequest for a request that ends without an answer.
+  void CountEnded();
   void Close();
   // The worker's RequestShard: the request's route, outcome and durations.
   void CountRequest(Clock::time_point now);
@@ -140,6 +145,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   uint64_t discarded_ = 0;
   static constexpr uint64_t kDiscardLimit = uint64_t{64} * 1024;
   bool in_request_ = false;     // a request head was read and not yet ended
+  bool counted_ = false;        // the request is counted (CountEnded)
   bool idle_ = false;           // waiting for the first byte of a request head
   // DoWaitForRequest's read was queued for the socket's next event (not
   // completed at once): see read_attempt.h.

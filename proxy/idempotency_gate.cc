@@ -312,6 +312,7 @@ void IdempotencyGate::Replay() {
   record.status = stored.status;
   const bool has_body = ReplayHasBody(stored.status);
   record.bytes_out += has_body ? stored.body.size() : 0;
+  session_.CountEnded();
   WriteWhole(session_.stream_,
              {asio::buffer(replay_head_),
               has_body ? asio::buffer(stored.body) : asio::const_buffer()},

@@ -120,6 +120,7 @@ void UpstreamExchange::WriteResponse() {
 }
 
 void UpstreamExchange::WriteWholeResponse() {
+  session_.CountEnded();  // before the answer's last bytes go (CountEnded)
   WriteWhole(session_.stream_,
              {asio::buffer(head_), asio::const_buffer(body_.data(), whole_body_size_)},
              session_.client_deadline_, config_->limits.idle_timeout,
@@ -130,6 +131,7 @@ void UpstreamExchange::WriteWholeResponse() {
 }
 
 void UpstreamExchange::WriteDownstream() {
+  if (!down_res_.body().more) session_.CountEnded();  // the last piece goes now
   ec_t ec;
   if (TryWriteNow(session_.stream_.socket(), *down_sr_, ec)) return OnResponseBodyWritten(ec);
   http::async_write(session_.stream_, *down_sr_,
