@@ -15,7 +15,11 @@
 #   bash tests/lint.sh              # all four, every source
 #   bash tests/lint.sh words        # only the process-words check (no cmake)
 #   bash tests/lint.sh layers       # only the layers check (no cmake)
-#   bash tests/lint.sh tidy         # only clang-tidy
+#   bash tests/lint.sh tidy         # only clang-tidy, every source (the full mode)
+#   bash tests/lint.sh tidy-change  # clang-tidy over the sources a change touches
+#                                   # (tests/lint_changed.py says which: what
+#                                   # changed since a base commit, and every
+#                                   # source that includes a changed header)
 #   bash tests/lint.sh cppcheck     # only cppcheck
 #
 # Any finding fails it: clang-tidy runs with WarningsAsErrors '*', cppcheck
@@ -51,7 +55,7 @@ sources() {
   sed -n 's/^ *"file": "\(.*\)",\{0,1\}$/\1/p' "$db" | grep -E "^$ROOT/($re)/" | sort -u
 }
 # Only clang-tidy and cppcheck need the compile database.
-if [[ " ${tools[*]} " == *" tidy "* || " ${tools[*]} " == *" cppcheck "* ]]; then
+if [[ " ${tools[*]} " == *" tidy"* || " ${tools[*]} " == *" cppcheck "* ]]; then
   # clang's own command lines, so that clang-tidy sees exactly what clang
   # compiles. The fuzz targets are configured as replay programs (plain
   # sources, no -fsanitize=fuzzer), the benchmarks are left out.
@@ -61,6 +65,11 @@ if [[ " ${tools[*]} " == *" tidy "* || " ${tools[*]} " == *" cppcheck "* ]]; the
   if [[ ${#tidy_files[@]} -eq 0 || ${#cppcheck_files[@]} -eq 0 ]]; then
     echo "lint: no project source in $db" >&2
     exit 1
+  fi
+  if [[ " ${tools[*]} " == *" tidy-change "* ]]; then
+    printf '%s\n' "${tidy_files[@]}" |
+      python3 "$ROOT/tests/lint_changed.py" --root "$ROOT" --explain >"$BUILD/tidy-change.txt"
+    mapfile -t changed_files <"$BUILD/tidy-change.txt"
   fi
 fi
 
@@ -85,12 +94,19 @@ for tool in "${tools[@]}"; do
       python3 "$ROOT/tests/lint_layers.py" >"$log" 2>&1 || rc=$?
       findings=$(grep -c ': \[[a-z]*\] ' "$log" || true)
       ;;
-    tidy)
+    tidy|tidy-change)
       # One clang-tidy per source, $JOBS at a time; the headers they include
       # are checked through HeaderFilterRegex (.clang-tidy).
-      files=("${tidy_files[@]}")
-      printf '%s\n' "${files[@]}" |
-        xargs -P "$JOBS" -n 1 clang-tidy -p "$BUILD" --quiet >"$log" 2>&1 || rc=$?
+      if [[ $tool == tidy ]]; then
+        files=("${tidy_files[@]}")
+      else
+        files=("${changed_files[@]}")
+      fi
+      : >"$log"
+      if [[ ${#files[@]} -gt 0 ]]; then
+        printf '%s\n' "${files[@]}" |
+          xargs -P "$JOBS" -n 1 clang-tidy -p "$BUILD" --quiet >"$log" 2>&1 || rc=$?
+      fi
       findings=$(grep -cE '^[^ ].*:[0-9]+:[0-9]+: (warning|error):' "$log" || true)
       ;;
     cppcheck)
@@ -117,7 +133,7 @@ for tool in "${tools[@]}"; do
         --template='{file}:{line}:{column}: {severity}: {message} [{id}]' >"$log" 2>&1 || rc=$?
       findings=$(grep -cE '^[^ ].*:[0-9]+:[0-9]+: ' "$log" || true)
       ;;
-    *) echo "lint: unknown tool $tool (words, layers, tidy or cppcheck)" >&2; exit 2 ;;
+    *) echo "lint: unknown tool $tool (words, layers, tidy, tidy-change or cppcheck)" >&2; exit 2 ;;
   esac
   secs=$(( $(date +%s) - t0 ))
   line="$tool: ${#files[@]} files, $findings findings, exit $rc, ${secs} s"

@@ -5,9 +5,10 @@
 #   lint   process words, layers and cppcheck (tests/lint.sh): a few seconds
 #   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
 #   ctest  unit tests, integration suite, chaos.short.*, docs
-#   tidy   clang-tidy (tests/lint.sh tidy), beside ctest at the lowest CPU
-#          priority: ctest mostly waits on the processes it starts, and
-#          clang-tidy takes the core it leaves
+#   tidy   clang-tidy over the sources the change touches (tests/lint.sh
+#          tidy-change; FENCEGATE_TIDY=full: every source), beside ctest at
+#          the lowest CPU priority: ctest mostly waits on the processes it
+#          starts, and clang-tidy takes the core it leaves
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
@@ -22,6 +23,9 @@
 #   CTEST_ARGS           extra ctest arguments, e.g. "-R integration"
 #   CTEST_JOBS           tests ctest runs at once (default 4)
 #   FENCEGATE_SKIP_LINT  1: skip the static analysis stages (tests/lint.sh)
+#   FENCEGATE_TIDY       change (default): clang-tidy over the sources the
+#                        change touches; full: over every source
+#   FENCEGATE_TIDY_BASE  the commit the change starts from (tests/lint_changed.py)
 #   FENCEGATE_SKIP_TSAN  1: skip the ThreadSanitizer stage (tests/tsan.sh)
 #   FENCEGATE_SKIP_ASAN  1: skip the ASan+UBSan stage (tests/asan.sh)
 #   FENCEGATE_SKIP_FUZZ  1: skip the fuzz stage (tests/fuzz/run.sh)
@@ -122,7 +126,11 @@ stage build build
 # start (the stage uses about one core of two), so four run side by side.
 # clang-tidy (minutes of CPU, no build needed) fills the core ctest leaves.
 if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
-  stage_beside tidy bash "$ROOT/tests/lint.sh" tidy
+  case "${FENCEGATE_TIDY:-change}" in
+    change) stage_beside tidy bash "$ROOT/tests/lint.sh" tidy-change ;;
+    full) stage_beside tidy bash "$ROOT/tests/lint.sh" tidy ;;
+    *) echo "FENCEGATE_TIDY is change or full, not ${FENCEGATE_TIDY}" >&2; exit 2 ;;
+  esac
 fi
 # shellcheck disable=SC2086
 stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Which sources a change touches, for clang-tidy over a change
+(tests/lint.sh tidy-change).
+
+Reads candidate sources (absolute paths, one a line) on standard input and
+prints those that the change touches: a source that changed, or one that
+includes, directly or through other project headers, a header that changed.
+Every candidate is printed when the change touches the checks themselves
+(.clang-tidy, tests/lint.sh, this file) or the build's top (CMakeLists.txt,
+CMakePresets.json at the root), which can change how every source compiles;
+every candidate of a folder, when that folder's CMakeLists.txt changed.
+
+The change is what lies between a base commit and the work tree (commits,
+staged and unstaged edits and new files alike). The base is, first of
+these that applies:
+  - $FENCEGATE_TIDY_BASE, any commit git can name;
+  - the merge base with the branch's upstream, when HEAD is ahead of it;
+  - the last commit made six hours or more before HEAD (by committer date):
+    the work of the hours that end at HEAD, which in a fresh clone of the
+    main branch holds the submission that landed last, whatever its number
+    of commits (a working session lasts a few hours; a rebase or a merge
+    dates its commits anew);
+  - the repository's first commit, when nothing is that old.
+
+    python3 tests/lint_changed.py --root . < sources.txt
+    python3 tests/lint_changed.py --root . --explain < sources.txt   # the base and the changed files, on stderr
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+CHECK_FILES = {".clang-tidy", "tests/lint.sh", "tests/lint_changed.py", "CMakePresets.json",
+               "CMakeLists.txt"}
+HEADER = re.compile(r'\.(h|hh|hpp)$')
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
+WINDOW_S = 6 * 3600
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", root, *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def base_commit(root):
+    named = os.environ.get("FENCEGATE_TIDY_BASE", "")
+    if named:
+        return git(root, "rev-parse", "--verify", named + "^{commit}"), "FENCEGATE_TIDY_BASE"
+    try:
+        upstream = git(root, "merge-base", "HEAD", "@{upstream}")
+        if upstream and upstream != git(root, "rev-parse", "HEAD"):
+            return upstream, "the merge base with the upstream branch"
+    except subprocess.CalledProcessError:
+        pass  # no upstream: a detached HEAD, or a branch that tracks nothing
+    head_time = int(git(root, "log", "-1", "--format=%ct", "HEAD"))
+    older = git(root, "rev-list", "-1", f"--before={head_time - WINDOW_S}", "HEAD")
+    if older:
+        return older, "the last commit six hours or more before HEAD"
+    first = git(root, "rev-list", "--max-parents=0", "HEAD").splitlines()
+    return first[-1], "the first commit (nothing is six hours older than HEAD)"
+
+
+def changed_files(root, base):
+    names = set(git(root, "diff", "--name-only", base, "--").splitlines())
+    names |= set(git(root, "ls-files", "--others", "--exclude-standard").splitlines())
+    return {n for n in names if n}
+
+
+def includers(root, files):
+    """Each project file -> the project files that include it directly."""
+    by = {}
+    for rel in files:
+        try:
+            with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        for inc in INCLUDE.findall(text):
+            # Project headers are named from the repository root ("fence/x.h").
+            by.setdefault(os.path.normpath(inc), set()).add(rel)
+    return by
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--explain", action="store_true")
+    args = ap.parse_args()
+    root = os.path.abspath(args.root)
+    candidates = [line.strip() for line in sys.stdin if line.strip()]
+    base, why = base_commit(root)
+    changed = changed_files(root, base)
+    if args.explain:
+        print(f"lint_changed: base {base[:12]} ({why}); {len(changed)} files changed",
+              file=sys.stderr)
+    if changed & CHECK_FILES:
+        print("\n".join(candidates))
+        return 0
+    # A folder's CMakeLists.txt sets its sources' definitions and options.
+    folders = {os.path.dirname(n) + "/" for n in changed
+               if os.path.basename(n) == "CMakeLists.txt"}
+    tracked = [f for f in git(root, "ls-files").splitlines()
+               if re.search(r'\.(h|hh|hpp|cc|cpp)$', f)]
+    by = includers(root, set(tracked) | {c for c in changed if re.search(r'\.(h|hh|hpp|cc|cpp)$', c)})
+    touched = set()
+    todo = list(changed)
+    while todo:
+        f = todo.pop()
+        if f in touched:
+            continue
+        touched.add(f)
+        if HEADER.search(f):
+            todo.extend(by.get(f, ()))
+    for c in candidates:
+        rel = os.path.relpath(c, root)
+        if rel in touched or any(rel.startswith(folder) for folder in folders):
+            print(c)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
