@@ -31,6 +31,12 @@ from fencegate_proc import (START_TIMEOUT, TempDir, free_port, parse_addr,  # no
 
 ADMIN_TOKEN = "integration-admin-secret"
 IO_TIMEOUT = float(os.environ.get("FENCEGATE_TEST_IO_TIMEOUT", "20"))
+# storage.etcd's timers for the tests whose writes must go through: etcd's
+# answer on a busy machine (or under a sanitizer build) can take far longer
+# than on an idle one, and a write refused for that (store_unavailable,
+# fence_expired) is not what those tests look at. A killed member refuses
+# its connections at once, whatever the timeout.
+ETCD_TIMERS = {"timeout": "10s", "forward_within": "30s"}
 
 
 # --------------------------------------------------------------------------
@@ -325,6 +331,28 @@ class Fencegate(fencegate_proc.Fencegate):
             h.append(("Authorization", f"Bearer {bearer}"))
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
         return request(self.admin, method, path, h, data)
+
+    def metric(self, name):
+        """The value of the unlabelled sample `name` of GET /metrics, or None
+        when there is none."""
+        r = self.admin_get("/metrics")
+        assert r.status == 200, r
+        for line in r.body.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def wait_metric(self, name, value, timeout=IO_TIMEOUT):
+        """Polls GET /metrics until the unlabelled sample `name` is `value`
+        (e.g. fencegate_keys_waiting: so many writes queued for a key)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.metric(name)
+            if got == value:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} is {got} after {timeout}s, want {value}")
+            time.sleep(0.01)  # polling interval of a condition with a deadline
 
 
 def admin_key_path(key):

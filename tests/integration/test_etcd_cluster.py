@@ -15,8 +15,13 @@ from fencegate_proc import EtcdCluster, Processes
 
 # How long after a member is killed fenced writes may be refused with 503:
 # etcd's election (one election timeout, 1 s by default, and a vote) plus
-# one failover round of the client (500 ms per member).
+# one failover round of the client (storage.etcd.timeout per member).
 ELECTION_WINDOW = 10.0
+# storage.etcd's timers: a request to a member that cannot answer (no
+# leader, no quorum) fails after `timeout`, which keeps the tests short; an
+# answer on a busy machine still comes well within it, and within
+# forward_within, so that no write is refused before a member is killed.
+ETCD_TIMEOUT, FORWARD_WITHIN = "2s", "10s"
 
 
 @pytest.fixture
@@ -30,7 +35,7 @@ def cluster(tmp_path):
 def gate_on(make_gate, cluster, name="gate"):
     storage = {"engine": "etcd",
                "etcd": {"endpoints": cluster.endpoints(), "prefix": "fencegate-cluster/",
-                        "timeout": "500ms"}}
+                        "timeout": ETCD_TIMEOUT, "forward_within": FORWARD_WITHIN}}
     return make_gate(name=name, storage=storage)
 
 

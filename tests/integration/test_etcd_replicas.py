@@ -14,13 +14,12 @@ import threading
 import time
 import urllib.request
 
-from fg_helpers import IO_TIMEOUT, assert_json_error, request, tokens_seen
+from fg_helpers import ETCD_TIMERS, IO_TIMEOUT, assert_json_error, request, tokens_seen
 
 
 def replica(make_gate, etcd, name):
     storage = {"engine": "etcd",
-               "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/",
-                        "timeout": "500ms"}}
+               "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", **ETCD_TIMERS}}
     return make_gate(name=name, storage=storage)
 
 
@@ -75,9 +74,9 @@ def test_idempotency_records_are_shared_by_the_replicas(make_gate, backend, etcd
     """A key run through A is replayed through B; a repeat while it runs
     conflicts through either; records live in etcd with a lease."""
     route = {"name": "pay", "path_prefix": "/pay/", "mode": "off",
-             "idempotency": {"window": "1h", "in_flight_timeout": "2s"}}
+             "idempotency": {"window": "1h", "in_flight_timeout": "30s"}}
     storage = {"engine": "etcd",
-               "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", "timeout": "500ms"}}
+               "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", **ETCD_TIMERS}}
     a = make_gate(name="a", storage=storage, routes=[route])
     b = make_gate(name="b", storage=storage, routes=[route])
     key = [("Idempotency-Key", "pay-1"), ("X-Test-Seq", "1")]
@@ -180,17 +179,18 @@ def held_up_write(make_gate, backend, etcd, forward_within):
         assert a.put("/objects/h", token=4).status == 201
         answer = {}
         held.hold()
-        started = time.monotonic()
         writer = threading.Thread(target=lambda: answer.update(r=a.put("/objects/h", token=5)))
         writer.start()
-        deadline = started + IO_TIMEOUT
+        deadline = time.monotonic() + IO_TIMEOUT
         while stored_token(etcd, "/objects/h") != 5:  # etcd decided A's write
             assert time.monotonic() < deadline, "etcd never stored A's token"
             time.sleep(0.01)  # polling interval of a condition with a deadline
+        # A's check began before etcd stored its token.
+        decided = time.monotonic()
         assert b.put("/objects/h", token=6).status == 200
         # A stays held up for longer than a 200 ms forward_within: the case
         # under test is a duration.
-        time.sleep(max(0.0, started + 0.3 - time.monotonic()))
+        time.sleep(max(0.0, decided + 0.3 - time.monotonic()))
         held.release()
         writer.join(IO_TIMEOUT)
         assert not writer.is_alive()

@@ -9,7 +9,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 
-from fg_helpers import IO_TIMEOUT, START_TIMEOUT, admin_key_path, assert_json_error
+from fg_helpers import ETCD_TIMERS, IO_TIMEOUT, START_TIMEOUT, admin_key_path, assert_json_error
 
 
 def tool(binary, *args, stdin=None):
@@ -108,8 +108,7 @@ def test_plain_run_and_check_are_unchanged(make_gate, fencegate_bin):
 
 
 def etcd_storage(etcd, prefix):
-    return {"engine": "etcd", "etcd": {"endpoints": [etcd.url], "prefix": prefix,
-                                       "timeout": "2s"}}
+    return {"engine": "etcd", "etcd": {"endpoints": [etcd.url], "prefix": prefix, **ETCD_TIMERS}}
 
 
 def etcd_put(etcd, key, value):

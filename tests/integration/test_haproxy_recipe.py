@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from fg_helpers import IO_TIMEOUT, assert_json_error, request, tokens_seen
+from fg_helpers import ETCD_TIMERS, IO_TIMEOUT, assert_json_error, request, tokens_seen
 from fencegate_proc import Processes, TempDir
 from haproxy_proc import HAPROXY, HAProxy
 
@@ -30,7 +30,7 @@ def recipe(request, make_gate, backend, etcd, tmp_path):
     printed when the test failed."""
     storage = {"engine": "etcd",
                "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-haproxy-test/",
-                        "timeout": "500ms"}}
+                        **ETCD_TIMERS}}
     replicas = [make_gate(name=f"replica{i}", storage=storage) for i in (1, 2)]
     procs = Processes()
     socket_dir = TempDir(prefix="fg-haproxy-")

@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from fg_helpers import RawConnection, build_request, raw_exchange
+from fg_helpers import IO_TIMEOUT, RawConnection, build_request, raw_exchange
 
 
 def backend_headers(entry):
@@ -79,14 +79,14 @@ def test_request_id_is_generated_passed_on_returned_and_logged(gate, backend):
     assert backend_headers(entry)["x-request-id"] == [rid]
     # The access log line is written once the response has gone out, so it
     # may follow the response by a moment: poll the log with a deadline.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + IO_TIMEOUT
     while True:
         lines = [json.loads(l) for l in open(gate.stderr_path)
                  if l.startswith("{") and l.endswith("}\n")]
         logged = [l for l in lines if l.get("request_id") == rid]
         if logged or time.monotonic() > deadline:
             break
-        time.sleep(0.01)
+        time.sleep(0.01)  # polling interval of a condition with a deadline
     assert len(logged) == 1, lines
     line = logged[0]
     for field in ("method", "path", "route", "key", "token", "outcome", "status", "bytes_in",
@@ -135,18 +135,19 @@ def test_a_request_pipelined_while_the_last_is_at_the_backend_is_answered(make_g
     its own until the socket has an event, net/read_attempt.h). The event
     those bytes raise is seen while no read is pending on the client; the
     next wait must still read them. Were it forgotten, the second answer
-    would come only when the idle timeout (60 s here) closed the
-    connection: the client's 10 s read bound fails the test first."""
-    gate = make_gate(limits={"idle_timeout": "60s"})
-    with RawConnection(gate.proxy, timeout=10) as c:
+    would come only when the idle timeout (600 s here) closed the
+    connection: the client's read bound (IO_TIMEOUT) fails the test first."""
+    gate = make_gate(limits={"idle_timeout": "600s"})
+    with RawConnection(gate.proxy) as c:
         for i in range(3):  # into the steady rhythm of a kept-alive client
             c.send("GET", f"/plain/warm{i}", close=False)
             assert c.read_response().status == 404
-        c.send("PUT", "/objects/held", [("Fencing-Token", "1"), ("X-Test-Hold-Ms", "500")],
+        c.send("PUT", "/objects/held", [("Fencing-Token", "1"), ("X-Test-Hold-Until", "held")],
                b"slow", close=False)
         backend.wait_until(lambda snap: any(a["path"] == "/objects/held" for a in snap["active"]),
                            what="the held PUT at the backend")
-        c.send("GET", "/plain/next", close=False)
+        c.send("GET", "/plain/next", close=False)  # sent while the PUT is still held
+        backend.release("held")
         assert c.read_response("PUT").status in (200, 201)
         assert c.read_response().status == 404
         c.send("GET", "/objects/held", close=False)  # and the rhythm goes on

@@ -128,14 +128,20 @@ def test_sigusr1_after_a_rename_moves_the_lines_to_a_new_file_and_loses_none(
 def test_requests_during_rotations_lose_and_tear_no_line(make_gate, tmp_path):
     access = tmp_path / "access.log"
     gate = make_gate(log={"level": "info", "access_log": True, "access_log_file": str(access)})
-    clients, per_client = 4, 60
+    clients, at_least = 4, 60
     errors = []
+    sent = [0] * clients
+    rotations_done = threading.Event()
 
     def client(c):
+        # Writes until the rotations are over (and at least `at_least`
+        # times): however the machine shares its time between the clients
+        # and the rotations, every rotation happens while they write.
         try:
-            for i in range(per_client):
-                r = put(gate, f"/objects/c{c}-{i}", i + 1)
+            while not rotations_done.is_set() or sent[c] < at_least:
+                r = put(gate, f"/objects/c{c}-{sent[c]}", sent[c] + 1)
                 assert r.status < 300, r
+                sent[c] += 1
         except Exception as e:  # noqa: BLE001  reported below
             errors.append(e)
 
@@ -143,15 +149,19 @@ def test_requests_during_rotations_lose_and_tear_no_line(make_gate, tmp_path):
     for t in threads:
         t.start()
     rotated = []
-    for n in range(1, 6):  # five rotations while the clients write
-        wait_for("some lines first", lambda: len(read_lines(access)) > 0)
-        os.rename(access, tmp_path / f"access.log.{n}")
-        rotated.append(tmp_path / f"access.log.{n}")
-        reopen(gate, str(access))
-    for t in threads:
-        t.join()
+    try:
+        for n in range(1, 6):  # five rotations while the clients write
+            wait_for("some lines first", lambda: len(read_lines(access)) > 0 or errors)
+            assert not errors, errors
+            os.rename(access, tmp_path / f"access.log.{n}")
+            rotated.append(tmp_path / f"access.log.{n}")
+            reopen(gate, str(access))
+    finally:
+        rotations_done.set()
+        for t in threads:
+            t.join()
     assert not errors, errors
-    total = clients * per_client
+    total = sum(sent)
     files = rotated + [access]
     wait_for(f"{total} lines", lambda: sum(len(read_lines(f)) for f in files) >= total)
     paths = [l["path"] for f in files for l in access_lines(f)]

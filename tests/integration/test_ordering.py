@@ -1,9 +1,18 @@
 """Writes to one key reach the backend one at a time, in the order
 fencegate accepted them; writes to different keys run in parallel."""
 
+import itertools
 import re
 
 from fg_helpers import RawConnection, build_request
+
+# Names of backend holds (X-Test-Hold-Until): a released name lets every
+# later hold of it through at once, so each hold has its own.
+_holds = itertools.count()
+
+
+def hold_name(what):
+    return f"{what}-{next(_holds)}"
 
 
 def _active_with_token(snap, path, token):
@@ -52,8 +61,15 @@ def test_same_key_sent_back_to_back(gate, backend):
 
 def test_different_keys_run_in_parallel(gate, backend):
     with RawConnection(gate.proxy) as ca, RawConnection(gate.proxy) as cb:
-        ca.send("PUT", "/objects/p1", [("Fencing-Token", "1"), ("X-Test-Hold-Ms", "1000")], b"a")
-        cb.send("PUT", "/objects/p2", [("Fencing-Token", "1"), ("X-Test-Hold-Ms", "1000")], b"b")
+        # Each held at the backend until both are there: were the second
+        # key's write to wait for the first's, the wait below would time out.
+        ca.send("PUT", "/objects/p1", [("Fencing-Token", "1"), ("X-Test-Hold-Until", "both")],
+                b"a")
+        cb.send("PUT", "/objects/p2", [("Fencing-Token", "1"), ("X-Test-Hold-Until", "both")],
+                b"b")
+        backend.wait_until(lambda s: len(s["active"]) == 2,
+                           what="both writes at the backend at once")
+        backend.release("both")
         ra = ca.read_response("PUT")
         rb = cb.read_response("PUT")
     assert 200 <= ra.status < 300 and 200 <= rb.status < 300, (ra, rb)
@@ -71,16 +87,20 @@ def _hot_key_writes(gate, backend, writers=6):
     once each, one at a time, and that each client got the answer to its
     own write."""
     conns = [RawConnection(gate.proxy) for _ in range(writers)]
+    hold = hold_name("hot")
     try:
-        conns[0].send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "300")],
+        conns[0].send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Until", hold)],
                       b"w0", close=False)
         backend.wait_until(lambda s: _active_with_token(s, "/objects/hot", "7"),
                            what="the first write to reach the backend")
         # The rest queue behind it, each held briefly at the backend so that
-        # an overlap would show in the log's times.
+        # an overlap would show in the log's times; the first goes once
+        # every one of them waits for the key.
         for i, c in enumerate(conns[1:], start=1):
             c.send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "20")],
                    b"w%d" % i, close=False)
+        gate.wait_metric("fencegate_keys_waiting", writers - 1)
+        backend.release(hold)
         answers = [c.read_response("PUT") for c in conns]
     finally:
         for c in conns:
@@ -137,8 +157,10 @@ def test_the_clients_of_a_hot_key_move_to_its_thread_with_their_pipelined_reques
     def round_of_writes(rnd):
         # One write held at the backend; the other clients' writes wait
         # behind it, each with a GET of its own pipelined in the same packet.
+        # The held one goes once all of them wait.
         leader = conns[rnd % len(conns)]
-        leader.send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "200")],
+        hold = hold_name(f"round{rnd}")
+        leader.send("PUT", "/objects/hot", [("Fencing-Token", "7"), ("X-Test-Hold-Until", hold)],
                     b"r%d-lead" % rnd, close=False)
         backend.wait_until(lambda s: any(a["path"] == "/objects/hot" for a in s["active"]),
                            what=f"round {rnd}'s first write to reach the backend")
@@ -147,6 +169,8 @@ def test_the_clients_of_a_hot_key_move_to_its_thread_with_their_pipelined_reques
             c.send_raw(build_request("PUT", "/objects/hot", [("Fencing-Token", "7")],
                                      b"r%d-%d" % (rnd, i), host=host, close=False)
                        + build_request("GET", f"/plain/r{rnd}-{i}", host=host, close=False))
+        gate.wait_metric("fencegate_keys_waiting", len(others))
+        backend.release(hold)
         assert leader.read_response("PUT").status in (200, 201)
         for c in others:
             assert c.read_response("PUT").status == 200
@@ -194,11 +218,14 @@ def test_a_client_moves_after_one_wait_and_at_most_once_between_keys_of_two_thre
             return re.findall(r"moves to the I/O thread of key (\S+) \(thread (\d+)\)", f.read())
 
     def wait_behind_leader(client, key):
-        leader.send("PUT", key, [("Fencing-Token", "7"), ("X-Test-Hold-Ms", "150")], b"lead",
+        hold = hold_name("lead")
+        leader.send("PUT", key, [("Fencing-Token", "7"), ("X-Test-Hold-Until", hold)], b"lead",
                     close=False)
         backend.wait_until(lambda s: any(a["path"] == key for a in s["active"]),
                            what=f"the leader's write of {key} to reach the backend")
         client.send("PUT", key, [("Fencing-Token", "7")], b"waiter", close=False)
+        gate.wait_metric("fencegate_keys_waiting", 1)  # the client's write waits
+        backend.release(hold)
         assert leader.read_response("PUT").status in (200, 201)
         assert client.read_response("PUT").status in (200, 201)
         # A move is logged before the moved connection's next request is

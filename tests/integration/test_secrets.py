@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from fg_helpers import ADMIN_TOKEN, admin_key_path, assert_json_error, default_config, write_config
+from fg_helpers import (ADMIN_TOKEN, ETCD_TIMERS, admin_key_path, assert_json_error, default_config,
+                        write_config)
 
 VARIABLE = "FENCEGATE_TEST_ADMIN_TOKEN"
 
@@ -100,7 +101,7 @@ def etcdctl(etcd, *args):
 
 def etcd_storage(etcd, password_file):
     return {"engine": "etcd",
-            "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-secrets/", "timeout": "2s",
+            "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-secrets/", **ETCD_TIMERS,
                      "username": "root", "password_file": str(password_file)}}
 
 

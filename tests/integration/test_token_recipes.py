@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from fg_helpers import (HERE, ZkLock, ZooKeeperServer, assert_json_error, free_port,
+from fg_helpers import (HERE, IO_TIMEOUT, ZkLock, ZooKeeperServer, assert_json_error, free_port,
                         read_first_line, tokens_seen)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,15 +162,17 @@ def redis_port(tmp_path):
 
 def test_redis_set_nx_px_with_incr(env, redis_port):
     r = Resp(redis_port)
-    a = r.cmd("EVAL", ACQUIRE, 2, "lock:orders", "fence:orders", "holder-a", 300)
+    # PX 2000: long enough that b's try right after still finds it held on a
+    # busy machine, short enough to wait out.
+    a = r.cmd("EVAL", ACQUIRE, 2, "lock:orders", "fence:orders", "holder-a", 2000)
     assert isinstance(a, int) and a >= 1
-    assert r.cmd("EVAL", ACQUIRE, 2, "lock:orders", "fence:orders", "holder-b", 300) is None, \
+    assert r.cmd("EVAL", ACQUIRE, 2, "lock:orders", "fence:orders", "holder-b", 2000) is None, \
         "held: no grant, no token"
-    # a's lock expires (PX 300): wait for the key to be gone, then b gets it.
-    deadline = time.monotonic() + 10
+    # a's lock expires: wait for the key to be gone, then b gets it.
+    deadline = time.monotonic() + IO_TIMEOUT
     while r.cmd("EXISTS", "lock:orders") == 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+        assert time.monotonic() < deadline, "a's lock outlived its PX"
+        time.sleep(0.02)  # polling interval of a condition with a deadline
     b = r.cmd("EVAL", ACQUIRE, 2, "lock:orders", "fence:orders", "holder-b", 5000)
     assert b == a + 1
     assert put(env, "/objects/redis", b, "b") == 201
@@ -286,8 +288,9 @@ def accepted(gate, path, token, body):
 def test_zookeeper_lock_token_after_session_expiry(kind, zookeeper, zk_client, gate, backend,
                                                   tmp_path):
     name, path = f"orders-{kind}", f"/objects/zk-{kind}"
-    # Client 1: session timeout 1.5 s (tickTime 200 ms allows 0.4 s to 4 s).
-    c1 = PausableHolder(zookeeper, name, 1.5, str(tmp_path))
+    # Client 1: session timeout 3 s (tickTime 200 ms allows 0.4 s to 4 s):
+    # its pings keep it alive until it is paused, however busy the machine.
+    c1 = PausableHolder(zookeeper, name, 3.0, str(tmp_path))
     try:
         t1 = c1.grant[kind]
         accepted(gate, path, t1, "client1")
