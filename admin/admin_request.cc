@@ -10,10 +10,8 @@
 namespace fencegate::proxy {
 
 namespace {
-constexpr std::string_view kKeysPrefix = "/v1/keys/";
 constexpr std::string_view kFenceSuffix = "/fence";
 constexpr std::string_view kBearer = "Bearer ";
-constexpr std::string_view kIdempotencyPrefix = "/v1/idempotency/";
 constexpr std::string_view kScopeParam = "scope=";
 
 // Percent-decodes `text` into *out: false when it is not valid

@@ -12,6 +12,10 @@
 
 namespace fencegate::proxy {
 
+// The admin API's families of targets.
+inline constexpr std::string_view kKeysPrefix = "/v1/keys/";
+inline constexpr std::string_view kIdempotencyPrefix = "/v1/idempotency/";
+
 // Splits "/v1/keys/<enc>" or "/v1/keys/<enc>/fence" and percent-decodes the
 // key. Returns false when the target is not of that shape or not valid
 // percent-encoding, or when the key decodes to nothing.

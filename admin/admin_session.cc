@@ -21,9 +21,7 @@ using tcp = asio::ip::tcp;
 using nlohmann::json;
 
 namespace {
-constexpr std::string_view kKeysPrefix = "/v1/keys/";
 constexpr std::string_view kIdempotencyPath = "/v1/idempotency";
-constexpr std::string_view kIdempotencyPrefix = "/v1/idempotency/";
 constexpr size_t kMaxAdminBody = size_t{64} * 1024;
 constexpr size_t kHeadReadSize = size_t{64} * 1024;  // the most a head read asks for
 // The Prometheus text exposition format, version 0.0.4.

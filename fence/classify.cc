@@ -7,6 +7,7 @@
 #include <array>
 #include <span>
 
+#include "fence/tchar.h"
 #include "fence/token.h"
 
 namespace fencegate::proxy {
@@ -87,12 +88,6 @@ using boost::beast::iequals;
 
 constexpr std::string_view kOverrideHeaders[] = {"X-HTTP-Method-Override", "X-HTTP-Method",
                                                  "X-Method-Override"};
-
-bool IsTchar(unsigned char c) {
-  if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
-  return c != 0 &&
-         std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-}
 
 bool IsMethodToken(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(),

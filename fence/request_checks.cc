@@ -4,6 +4,8 @@
 #include <boost/url/parse.hpp>
 #include <vector>
 
+#include "fence/tchar.h"
+
 namespace fencegate::proxy {
 
 namespace http = boost::beast::http;
@@ -25,12 +27,6 @@ bool AllDigits(std::string_view v) {
     if (c < '0' || c > '9') return false;
   }
   return true;
-}
-
-// RFC 9110 5.6.2.
-bool IsTchar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
 // One transfer coding of a Transfer-Encoding list.
@@ -85,7 +81,7 @@ class CodingScanner {
   }
   std::string_view Token() {
     size_t start = pos_;
-    while (pos_ < v_.size() && IsTchar(v_[pos_])) ++pos_;
+    while (pos_ < v_.size() && IsTchar(static_cast<unsigned char>(v_[pos_]))) ++pos_;
     return v_.substr(start, pos_ - start);
   }
   // RFC 9110 5.6.4, from the opening quote.

@@ -3,18 +3,12 @@
 #include <algorithm>
 
 #include "fence/canonical_path.h"
+#include "fence/tchar.h"
 
 namespace fencegate::proxy {
 namespace {
 
 bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
-
-// RFC 9110 tchar: the bytes allowed in a header name or a method.
-bool IsTchar(unsigned char c) {
-  if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
-  return c != 0 &&
-         std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-}
 
 bool IsToken(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(),

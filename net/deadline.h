@@ -12,14 +12,21 @@
 // Single-threaded: a Deadline, the sweep and the streams belong to one
 // worker's io_context.
 
+#include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/error.hpp>
 #include <chrono>
 #include <functional>
 #include <initializer_list>
 #include <utility>
 
 namespace fencegate::proxy {
+
+// A timeout, whoever noticed it: Beast's own timers or the socket's.
+inline bool IsTimeout(const boost::system::error_code& ec) {
+  return ec && (ec == boost::beast::error::timeout || ec == boost::asio::error::timed_out);
+}
 
 class Deadline {
  public:

@@ -18,14 +18,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
-namespace {
-
-bool IsTimeout(const beast::error_code& ec) {
-  return ec && (ec == beast::error::timeout || ec == asio::error::timed_out);
-}
-
-}  // namespace
-
 HttpSession::HttpSession(Listener::Socket&& socket, ProxyContext& context, Worker& worker)
     : stream_(UpstreamPool::Tcp(std::move(socket)), context.listener_tls.get()),
       ctx_(context),

@@ -24,14 +24,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
-namespace {
-
-bool IsTimeout(const beast::error_code& ec) {
-  return ec && (ec == beast::error::timeout || ec == asio::error::timed_out);
-}
-
-}  // namespace
-
 char* BodyBuffer::Get(uint64_t want) {
   // Sized to the body when its length is known (a 16-byte PUT does not need
   // 64 KiB).

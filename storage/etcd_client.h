@@ -117,6 +117,9 @@ class EtcdClient {
   // a JSON string of decimal digits and omits it when it is 0 (a JSON
   // number is taken too). false when it is there but no int64.
   static bool Int64Field(const nlohmann::json& object, std::string_view name, int64_t* value);
+  // Whether a /v3/kv/txn answer took its success branch (the gateway
+  // leaves out booleans that are false).
+  static bool Succeeded(const nlohmann::json& txn) { return txn.value("succeeded", false); }
 
  private:
   enum class Verdict;

@@ -20,8 +20,6 @@ namespace {
 constexpr int kRecordAttempts = 16;
 constexpr int64_t kLeaseMinuteMs = 60'000;
 
-bool Succeeded(const json& txn) { return txn.value("succeeded", false); }
-
 }  // namespace
 
 EtcdStore::Record EtcdStore::NewRecord(Record::Kind kind, std::string key) {
@@ -160,7 +158,7 @@ void EtcdStore::RunRecord(Record& call) {
                               {{"compare", json::array({compare})}, {"success", json::array({op})}},
                               &written, true);
     SetHealth(status);
-    CountWrite(0, status, status.ok() && Succeeded(written) ? 1 : 0);
+    CountWrite(0, status, status.ok() && EtcdClient::Succeeded(written) ? 1 : 0);
     if (status.code() == Status::Code::kNotFound) {
       // The lease ran out under us (etcd answers "requested lease not
       // found"): grant another and decide again.
@@ -168,7 +166,7 @@ void EtcdStore::RunRecord(Record& call) {
       continue;
     }
     if (!status.ok()) break;
-    if (Succeeded(written)) {
+    if (EtcdClient::Succeeded(written)) {
       applied = settled = true;
       break;
     }

@@ -18,9 +18,6 @@ namespace {
 constexpr auto kProbeInterval = std::chrono::seconds(1);
 constexpr int kSeveralAttempts = 16;  // reads and compares of one AdvanceAll
 
-// Booleans that are false are left out of the gateway's answers.
-bool Succeeded(const json& txn) { return txn.value("succeeded", false); }
-
 json Put(const std::string& key64, const std::string& value64) {
   return {{"requestPut", {{"key", key64}, {"value", value64}}}};
 }
@@ -277,14 +274,14 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
     // Created, or raised from a lower value: the token is stored.
     const json& created = answer.value("response_txn", json::object());
     Fence fence;
-    if (Succeeded(created)) {
+    if (EtcdClient::Succeeded(created)) {
       fence = {true, call.token};
       ++written;
     } else {
       const json& inner = created.value("responses", json::array());
       const json raised = inner.empty() ? json::object()
                                         : inner[0].value("response_txn", json::object());
-      if (Succeeded(raised)) {
+      if (EtcdClient::Succeeded(raised)) {
         fence = {true, call.token};
         ++written;
       } else {
@@ -364,9 +361,9 @@ void EtcdStore::RunSeveral(Several& call) {
     status = transport_->Call("/v3/kv/txn", {{"compare", compares}, {"success", puts}},
                               &written, true);
     SetHealth(status);
-    CountWrite(0, status, status.ok() && Succeeded(written) ? puts.size() : 0);
+    CountWrite(0, status, status.ok() && EtcdClient::Succeeded(written) ? puts.size() : 0);
     if (!status.ok()) break;
-    if (!Succeeded(written)) continue;  // another replica wrote one of them: again
+    if (!EtcdClient::Succeeded(written)) continue;  // another replica wrote one of them: again
     result.accepted = true;
     for (size_t i = 0; i < n; ++i) {
       result.current[i] = std::max(result.current[i], call.items[i].token);

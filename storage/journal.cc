@@ -26,12 +26,6 @@ uint32_t Checksum(const char* length, std::string_view payload) {
   return crc.checksum();
 }
 
-uint32_t GetFixed32(const char* in) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
-  return v;
-}
-
 // Copies the Puts of one journal record into the batch being replayed.
 // The store journals only Puts to the default column family; anything
 // else means the record is not one of ours.

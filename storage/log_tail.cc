@@ -25,12 +25,6 @@ enum RecordType : unsigned {
   kRecyclableLastType = 8,
 };
 
-uint32_t GetFixed32(const char* in) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
-  return v;
-}
-
 // CRC-32C of the type byte and the payload, masked as RocksDB's
 // crc32c::Mask does (a CRC stored next to the data it covers).
 uint32_t MaskedChecksum(char type, std::string_view payload) {

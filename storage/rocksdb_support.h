@@ -20,6 +20,7 @@ namespace fencegate::storage::rocksdb_support {
 // Bytes of a stored token: the token as a big-endian uint64.
 inline constexpr size_t kTokenBytes = 8;
 
+
 std::string EncodeToken(uint64_t token);
 // Requires in.size() == kTokenBytes.
 uint64_t DecodeToken(std::string_view in);
@@ -88,5 +89,13 @@ class FreeSpaceGuard {
   uint64_t room_ = 0;  // bytes that may still be written without asking
   uint64_t asks_ = 0;
 };
+
+// A little-endian uint32 at `in`, as RocksDB's log formats store lengths
+// and checksums (the WAL's records, the journal's).
+inline uint32_t GetFixed32(const char* in) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
 
 }  // namespace fencegate::storage::rocksdb_support
