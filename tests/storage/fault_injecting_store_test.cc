@@ -116,7 +116,9 @@ TEST_F(FaultInjectingStoreTest, FailReadsFailsGetOnly) {
 }
 
 TEST_F(FaultInjectingStoreTest, DelayDefersEveryCompletionInOrder) {
-  constexpr auto kDelay = 150ms;
+  // Long next to a busy machine's pause between the Get and the look at
+  // its answer below, which must find it still pending.
+  constexpr auto kDelay = 500ms;
   store_->SetFaults(FaultSpec{.delay = kDelay});
   auto start = std::chrono::steady_clock::now();
 
