@@ -6,9 +6,11 @@ Reads candidate sources (absolute paths, one a line) on standard input and
 prints those that the change touches: a source that changed, or one that
 includes, directly or through other project headers, a header that changed.
 Every candidate is printed when the change touches the checks themselves
-(.clang-tidy, tests/lint.sh, this file) or the build's top (CMakeLists.txt,
-CMakePresets.json at the root), which can change how every source compiles;
-every candidate of a folder, when that folder's CMakeLists.txt changed.
+(.clang-tidy); every candidate of a folder, when that folder's
+CMakeLists.txt changed (its sources' definitions and options). A change to
+the build's top (compile flags of every source) or to the lint scripts
+reads what else it touches: the full mode (tests/lint.sh tidy, weekly, in
+tests/long.sh) covers every source whatever changed.
 
 The change is what lies between a base commit and the work tree (commits,
 staged and unstaged edits and new files alike). The base is, first of
@@ -32,8 +34,7 @@ import re
 import subprocess
 import sys
 
-CHECK_FILES = {".clang-tidy", "tests/lint.sh", "tests/lint_changed.py", "CMakePresets.json",
-               "CMakeLists.txt"}
+CHECK_FILES = {".clang-tidy"}
 HEADER = re.compile(r'\.(h|hh|hpp)$')
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 WINDOW_S = 6 * 3600

@@ -95,10 +95,14 @@ def test_a_folders_build_file_reads_that_folder(tree):
     assert selected(tree, base="HEAD") == ["proxy/c.cc", "proxy/d.cc"]
 
 
-@pytest.mark.parametrize("path", [".clang-tidy", "CMakeLists.txt"])
-def test_the_checks_or_the_top_build_file_read_everything(tree, path):
-    write(tree, path, FILES[path] + "# changed\n")
+def test_the_checks_read_everything(tree):
+    write(tree, ".clang-tidy", FILES[".clang-tidy"] + "# changed\n")
     assert selected(tree, base="HEAD") == sorted(SOURCES)
+
+
+def test_the_top_build_file_alone_reads_nothing(tree):
+    write(tree, "CMakeLists.txt", FILES["CMakeLists.txt"] + "# changed\n")
+    assert selected(tree, base="HEAD") == []
 
 
 def test_without_a_base_the_commits_of_the_last_hours_are_the_change(tree):
