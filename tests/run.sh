@@ -8,7 +8,8 @@
 #   tidy   clang-tidy over the sources the change touches (tests/lint.sh
 #          tidy-change; FENCEGATE_TIDY=full: every source), beside ctest at
 #          the lowest CPU priority: ctest mostly waits on the processes it
-#          starts, and clang-tidy takes the core it leaves
+#          starts, and clang-tidy takes the core it leaves; then, still
+#          beside ctest, the tsan stage's build (its time counts in tidy's)
 #   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
@@ -84,7 +85,8 @@ stage() {  # stage NAME COMMAND...: runs it in the foreground
 beside_pid=
 stage_beside() {
   echo "==== stage $1 (beside the next stage, nice 19; its output follows when it ends)"
-  (stage_body "$1" nice -n 19 "${@:2}") >"$STAGES/$1.log" 2>&1 &
+  # renice, not nice: the command may be a function of this script.
+  (renice -n 19 -p "$BASHPID" >/dev/null && stage_body "$@") >"$STAGES/$1.log" 2>&1 &
   beside_pid=$!
 }
 stage_join() {
@@ -125,12 +127,28 @@ stage build build
 # ctest entry, and most of their time is spent waiting on the processes they
 # start (the stage uses about one core of two), so four run side by side.
 # clang-tidy (minutes of CPU, no build needed) fills the core ctest leaves.
-if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
-  case "${FENCEGATE_TIDY:-change}" in
-    change) stage_beside tidy bash "$ROOT/tests/lint.sh" tidy-change ;;
-    full) stage_beside tidy bash "$ROOT/tests/lint.sh" tidy ;;
-    *) echo "FENCEGATE_TIDY is change or full, not ${FENCEGATE_TIDY}" >&2; exit 2 ;;
-  esac
+# Then, on that core, the tsan stage's build: the stage itself then only
+# runs the tests (a failed build here is built, and fails, there again).
+beside() {
+  local rc=0
+  if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 ]]; then
+    case "${FENCEGATE_TIDY:-change}" in
+      change) bash "$ROOT/tests/lint.sh" tidy-change || rc=$? ;;
+      full) bash "$ROOT/tests/lint.sh" tidy || rc=$? ;;
+      *) echo "FENCEGATE_TIDY is change or full, not ${FENCEGATE_TIDY}" >&2; return 2 ;;
+    esac
+  fi
+  if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
+    if TSAN_BUILD_ONLY=1 bash "$ROOT/tests/tsan.sh" >"$STAGES/tsan-build.log" 2>&1; then
+      tail -n 1 "$STAGES/tsan-build.log"
+    else
+      echo "the tsan build beside ctest failed: the tsan stage builds again"
+    fi
+  fi
+  return "$rc"
+}
+if [[ "${FENCEGATE_SKIP_LINT:-0}" != 1 || "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
+  stage_beside tidy beside
 fi
 # shellcheck disable=SC2086
 stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \

@@ -19,6 +19,8 @@
 # Environment:
 #   FENCEGATE_TSAN_BUILD_DIR  build directory (default build-tsan/ at the repo root)
 #   TSAN_REPEAT               --gtest_repeat for each binary (default 1)
+#   TSAN_BUILD_ONLY           1: build the targets and stop (tests/run.sh builds
+#                             them beside ctest, on the core ctest leaves)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +31,10 @@ start=$(date +%s)
 (cd "$ROOT" && cmake --preset tsan -B "$BUILD" >/dev/null)
 cmake --build "$BUILD" --target "${TARGETS[@]}"
 built=$(date +%s)
+if [[ "${TSAN_BUILD_ONLY:-0}" == 1 ]]; then
+  echo "tsan: built in $((built - start)) s"
+  exit 0
+fi
 
 failed=0
 for t in "${TARGETS[@]}"; do
