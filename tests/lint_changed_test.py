@@ -120,3 +120,12 @@ def test_without_an_older_commit_everything_since_the_first(tree):
     write(tree, "net/b.cc", "int b = 1;\n")
     git(tree, "commit", "-qam", "soon after", when=T0 + HOUR)
     assert selected(tree) == ["net/b.cc"]
+
+
+def test_a_shallow_clone_reads_everything(tree, tmp_path):
+    write(tree, "net/b.cc", "int b = 1;\n")
+    git(tree, "commit", "-qam", "second", when=T0 + 24 * HOUR)
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{tree}", str(shallow)],
+                   check=True, capture_output=True)
+    assert selected(shallow) == sorted(SOURCES)
