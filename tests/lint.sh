@@ -18,8 +18,9 @@
 #   bash tests/lint.sh tidy         # only clang-tidy, every source (the full mode)
 #   bash tests/lint.sh tidy-change  # clang-tidy over the sources a change touches
 #                                   # (tests/lint_changed.py says which: what
-#                                   # changed since a base commit, and every
-#                                   # source that includes a changed header)
+#                                   # changed since a base commit, and one
+#                                   # source through which each changed
+#                                   # header is read)
 #   bash tests/lint.sh cppcheck     # only cppcheck
 #
 # Any finding fails it: clang-tidy runs with WarningsAsErrors '*', cppcheck

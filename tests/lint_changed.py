@@ -3,8 +3,13 @@
 (tests/lint.sh tidy-change).
 
 Reads candidate sources (absolute paths, one a line) on standard input and
-prints those that the change touches: a source that changed, or one that
-includes, directly or through other project headers, a header that changed.
+prints those that the change touches: each source that changed, and for each
+header that changed one source that includes it, directly or through other
+project headers (clang-tidy reports a header's findings through any source
+that includes it: HeaderFilterRegex). That source is, first of these: a
+changed source that includes it, the header's own source (fence/x.cc for
+fence/x.h), the first in name order. An unchanged source's own lines are
+the full mode's to read.
 Every candidate is printed when the change touches the checks themselves
 (.clang-tidy); every candidate of a folder, when that folder's
 CMakeLists.txt changed (its sources' definitions and options). A change to
@@ -85,6 +90,18 @@ def includers(root, files):
     return by
 
 
+def sources_reaching(header, by, is_candidate):
+    """The candidate sources that include header, directly or through others."""
+    seen, todo = set(), [header]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        todo.extend(by.get(f, ()))
+    return {f for f in seen if f in is_candidate}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", required=True)
@@ -111,18 +128,18 @@ def main():
     tracked = [f for f in git(root, "ls-files").splitlines()
                if re.search(r'\.(h|hh|hpp|cc|cpp)$', f)]
     by = includers(root, set(tracked) | {c for c in changed if re.search(r'\.(h|hh|hpp|cc|cpp)$', c)})
-    touched = set()
-    todo = list(changed)
-    while todo:
-        f = todo.pop()
-        if f in touched:
+    rel_candidates = sorted(os.path.relpath(c, root) for c in candidates)
+    is_candidate = set(rel_candidates)
+    selected = {c for c in changed if c in is_candidate}
+    selected |= {c for c in rel_candidates if any(c.startswith(folder) for folder in folders)}
+    for header in sorted(c for c in changed if HEADER.search(c)):
+        reaching = sources_reaching(header, by, is_candidate)
+        if not reaching or reaching & selected:
             continue
-        touched.add(f)
-        if HEADER.search(f):
-            todo.extend(by.get(f, ()))
+        own = re.sub(r'\.(h|hh|hpp)$', ".cc", header)
+        selected.add(own if own in reaching else min(reaching))
     for c in candidates:
-        rel = os.path.relpath(c, root)
-        if rel in touched or any(rel.startswith(folder) for folder in folders):
+        if os.path.relpath(c, root) in selected:
             print(c)
     return 0
 

@@ -38,13 +38,14 @@ FILES = {
     "net/low.h": "#pragma once\n",
     "net/mid.h": '#pragma once\n#include "net/low.h"\n',
     "net/a.cc": '#include "net/mid.h"\n',
+    "net/mid.cc": '#include "net/mid.h"\n',
     "net/b.cc": "int b;\n",
     "proxy/CMakeLists.txt": "add_library(p)\n",
     "proxy/top.h": '#pragma once\n#include <net/mid.h>\n',
     "proxy/c.cc": '#include "proxy/top.h"\n',
     "proxy/d.cc": "int d;\n",
 }
-SOURCES = ["net/a.cc", "net/b.cc", "proxy/c.cc", "proxy/d.cc"]
+SOURCES = ["net/a.cc", "net/b.cc", "net/mid.cc", "proxy/c.cc", "proxy/d.cc"]
 T0 = 1_700_000_000
 
 
@@ -78,10 +79,22 @@ def test_a_changed_source_alone(tree):
     assert selected(tree, base="HEAD") == ["net/b.cc"]
 
 
-def test_a_header_reaches_every_source_that_includes_it_through_others(tree):
-    # low.h <- mid.h <- a.cc, and mid.h <- top.h (spelled <...>) <- c.cc.
+def test_a_header_is_read_through_one_source_that_reaches_it(tree):
+    # low.h <- mid.h <- a.cc and mid.cc, and mid.h <- top.h (spelled <...>) <- c.cc:
+    # low.h has no source of its own, and a.cc is the first that reaches it.
     write(tree, "net/low.h", "#pragma once\nint low;\n")
-    assert selected(tree, base="HEAD") == ["net/a.cc", "proxy/c.cc"]
+    assert selected(tree, base="HEAD") == ["net/a.cc"]
+
+
+def test_a_header_is_read_through_its_own_source(tree):
+    write(tree, "net/mid.h", FILES["net/mid.h"] + "int mid;\n")
+    assert selected(tree, base="HEAD") == ["net/mid.cc"]
+
+
+def test_a_changed_source_that_reaches_the_header_reads_it(tree):
+    write(tree, "net/low.h", "#pragma once\nint low;\n")
+    write(tree, "proxy/c.cc", FILES["proxy/c.cc"] + "int c;\n")
+    assert selected(tree, base="HEAD") == ["proxy/c.cc"]
 
 
 def test_a_new_untracked_header_and_its_includer(tree):
@@ -113,7 +126,7 @@ def test_without_a_base_the_commits_of_the_last_hours_are_the_change(tree):
     git(tree, "commit", "-qam", "recent", when=T0 + 40 * HOUR)
     write(tree, "net/low.h", "#pragma once\nint low;\n")
     git(tree, "commit", "-qam", "head", when=T0 + 42 * HOUR)
-    assert selected(tree) == ["net/a.cc", "proxy/c.cc", "proxy/d.cc"]
+    assert selected(tree) == ["net/a.cc", "proxy/d.cc"]
 
 
 def test_without_an_older_commit_everything_since_the_first(tree):
