@@ -6,13 +6,16 @@
 #   build  the g++ build of everything (RelWithDebInfo with -g1: line tables)
 #   ctest  unit tests, integration suite, chaos.short.*, docs
 #   tidy   clang-tidy over the sources the change touches (tests/lint.sh
-#          tidy-change; FENCEGATE_TIDY=full: every source), beside ctest at
-#          the lowest CPU priority: ctest mostly waits on the processes it
-#          starts, and clang-tidy takes the core it leaves; then, still
-#          beside ctest, the tsan stage's build (its time counts in tidy's)
-#   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh)
+#          tidy-change; FENCEGATE_TIDY=full: every source), then the tsan
+#          stage's build (its time counts in tidy's): beside ctest at the
+#          lowest CPU priority (ctest mostly waits on the processes it
+#          starts, and these take the core it leaves), then beside the asan
+#          stage at the same priority as it (no core idles while either
+#          has work)
 #   asan   unit tests and integration suite under ASan+UBSan, in a clang
 #          build that the fuzz stage reuses (tests/asan.sh)
+#   tsan   the concurrency tests under ThreadSanitizer (tests/tsan.sh),
+#          once its build beside is done
 #   fuzz   the libFuzzer targets, 5 s each, two at a time (tests/fuzz/run.sh)
 #
 #   bash tests/run.sh
@@ -89,6 +92,18 @@ stage_beside() {
   (renice -n 19 -p "$BASHPID" >/dev/null && stage_body "$@") >"$STAGES/$1.log" 2>&1 &
   beside_pid=$!
 }
+# beside_unnice: the stage beside, and everything it started, back at the
+# default priority (root only: others may not lower a nice value; it then
+# keeps the leftover core).
+beside_unnice() {
+  local pids=("$beside_pid") i=0 child
+  while [[ $i -lt ${#pids[@]} ]]; do
+    # shellcheck disable=SC2013  # the files hold PIDs separated by spaces: words
+    for child in $(cat "/proc/${pids[$i]}/task/"*/children 2>/dev/null); do pids+=("$child"); done
+    i=$((i + 1))
+  done
+  renice -n 0 -p "${pids[@]}" >/dev/null 2>&1 || true
+}
 stage_join() {
   local rc=0
   wait "$beside_pid" || rc=$?
@@ -153,17 +168,19 @@ fi
 # shellcheck disable=SC2086
 stage ctest ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
   -j "${CTEST_JOBS:-4}" ${CTEST_ARGS:-}
-[[ -z "$beside_pid" ]] || stage_join tidy
-
-# The concurrency tests under ThreadSanitizer (tests/tsan.sh).
-if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
-  stage tsan bash "$ROOT/tests/tsan.sh"
-fi
+# What is left beside now shares the cores with the asan stage as an equal.
+[[ -z "$beside_pid" ]] || beside_unnice
 
 # The unit tests and the integration suite under ASan+UBSan, in the clang
 # build that the fuzz stage then reuses (tests/asan.sh).
 if [[ "${FENCEGATE_SKIP_ASAN:-0}" != 1 ]]; then
   stage asan bash "$ROOT/tests/asan.sh"
+fi
+[[ -z "$beside_pid" ]] || stage_join tidy
+
+# The concurrency tests under ThreadSanitizer (tests/tsan.sh), built beside.
+if [[ "${FENCEGATE_SKIP_TSAN:-0}" != 1 ]]; then
+  stage tsan bash "$ROOT/tests/tsan.sh"
 fi
 
 # The fuzz stage: the libFuzzer targets of that clang build, a smoke run of
