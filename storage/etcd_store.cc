@@ -110,6 +110,10 @@ void EtcdStore::Enqueue(Call call) {
     if (r->change) return r->change(closed, false);
     return r->lookup(closed, std::nullopt);
   }
+  if (auto* t = std::get_if<Tree>(&call)) {
+    if (t->node) return t->node(closed, std::nullopt);
+    return t->handler(closed, TreeVerdict{});
+  }
   std::get<Several>(call).handler(closed, BatchFence{});
 }
 
@@ -179,6 +183,27 @@ void EtcdStore::Lane() {
       queue_.pop_front();
       lock.unlock();
       RunSeveral(call);
+    } else if (auto* tree = std::get_if<Tree>(&queue_.front()); tree != nullptr && tree->node) {
+      Tree call = std::move(*tree);
+      queue_.pop_front();
+      lock.unlock();
+      RunNodeRead(call);
+    } else if (tree != nullptr) {
+      // The run of tree writes at the front, as many as one transaction
+      // reads (a path's nodes: TreeNodePaths).
+      std::vector<Tree> batch;
+      size_t reads = 0;
+      while (!queue_.empty()) {
+        auto* next = std::get_if<Tree>(&queue_.front());
+        if (next == nullptr || next->node) break;
+        const size_t more = next->write.keys.size() + TreeNodePaths(next->write).size();
+        if (!batch.empty() && reads + more > kMaxTreeReads) break;
+        reads += more;
+        batch.push_back(std::move(*next));
+        queue_.pop_front();
+      }
+      lock.unlock();
+      RunTrees(batch);
     } else if (auto* record = std::get_if<Record>(&queue_.front())) {
       Record call = std::move(*record);
       queue_.pop_front();

@@ -19,6 +19,15 @@
 // user of the transport. A batch holds each key once: a key queued twice
 // ends the batch, so that the second call sees the first.
 //
+// The tree of paths (tree.h) lives under `<prefix>n/<path>`, one node a
+// key, its value the node's record. Tree writes queued one after the other
+// are decided together: every token and node they need is read in one
+// transaction, they are decided in order by DecideTree, and what they
+// change is written in one transaction that compares the modification
+// revision of everything read; when another replica changed one of them
+// meanwhile, all are read and decided again. A batch reads at most 128
+// keys (etcd's default --max-txn-ops), and so writes and compares no more.
+//
 // Idempotency records (idempotency_store.h) live under `<prefix>i/<key>`,
 // each decided as the other engines decide it (DecideReserve and the
 // rest, on the bytes read) and written only if the record's modification
@@ -85,6 +94,8 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
   void Get(std::string key, GetHandler handler) override;
+  void AdvanceTree(TreeWrite write, TreeHandler handler) override;
+  void GetNode(std::string path, NodeHandler handler) override;
   IdempotencyStore* Idempotency() override { return this; }
   void ReserveKey(std::string key, IdempotencyRecord reservation,
                   ReserveHandler handler) override;
@@ -128,12 +139,23 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
     ChangeHandler change;
     LookupHandler lookup;
   };
-  using Call = std::variant<Single, Several, Record>;
+  struct Tree {  // AdvanceTree, or a GetNode (no targets: write.keys[0] is the path)
+    TreeWrite write;
+    TreeHandler handler;
+    NodeHandler node;
+  };
+  using Call = std::variant<Single, Several, Record, Tree>;
+
+  // Most keys a batch of tree writes reads (and so writes and compares).
+  static constexpr size_t kMaxTreeReads = 128;
 
   void Enqueue(Call call);
   void Lane();
   void RunBatch(std::vector<Single>& batch);
   void RunSeveral(Several& call);
+  void RunTrees(std::vector<Tree>& batch);  // etcd_tree.cc
+  void RunNodeRead(Tree& call);             // etcd_tree.cc
+  std::string NodeKeyOf(std::string_view path) const;
   static Record NewRecord(Record::Kind kind, std::string key);
   void RunRecord(Record& call);  // etcd_records.cc
   // A lease that ends at least a minute after expires_ms (and at most two);

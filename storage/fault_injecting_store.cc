@@ -163,6 +163,18 @@ void FaultInjectingStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHand
   });
 }
 
+void FaultInjectingStore::AdvanceTree(TreeWrite write, TreeHandler handler) {
+  impl_->Guarded(true, std::move(handler), TreeVerdict{}, [&](TreeHandler h) {
+    impl_->base->AdvanceTree(std::move(write), std::move(h));
+  });
+}
+
+void FaultInjectingStore::GetNode(std::string path, NodeHandler handler) {
+  impl_->Guarded(false, std::move(handler), std::nullopt, [&](NodeHandler h) {
+    impl_->base->GetNode(std::move(path), std::move(h));
+  });
+}
+
 void FaultInjectingStore::Raise(std::string key, uint64_t token,
                                 FenceHandler handler) {
   impl_->Guarded(true, std::move(handler), Fence{}, [&](FenceHandler h) {

@@ -14,7 +14,7 @@
 namespace fencegate::storage {
 
 struct FaultSpec {
-  bool fail_writes = false;  // Advance/AdvanceAll/Raise report IoError, store nothing
+  bool fail_writes = false;  // Advance/AdvanceAll/AdvanceTree/Raise report IoError, store nothing
   bool fail_reads = false;   // Get reports IoError
   std::chrono::milliseconds delay{0};  // delay every completion by this much
 };
@@ -41,6 +41,8 @@ class FaultInjectingStore : public TokenStore, public IdempotencyStore {
   // As Advance: with fail_writes the whole batch answers IoError and
   // nothing of it is stored.
   void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
+  void AdvanceTree(TreeWrite write, TreeHandler handler) override;
+  void GetNode(std::string path, NodeHandler handler) override;
   // As Advance.
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
   // With fail_reads: answers IoError("injected read fault") without calling

@@ -64,6 +64,33 @@ void MemoryStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler hand
   });
 }
 
+void MemoryStore::AdvanceTree(TreeWrite write, TreeHandler handler) {
+  if (Status s = CheckTreeWrite(write, kMaxKeyBytes); !s.ok()) return handler(s, TreeVerdict{});
+  Run([this, write = std::move(write), handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), TreeVerdict{});
+    DoAdvanceTree(write, handler);
+  });
+}
+
+void MemoryStore::GetNode(std::string path, NodeHandler handler) {
+  Run([this, path = std::move(path), handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), std::nullopt);
+    std::optional<TreeNode> node;
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(map_mu_);
+      if (auto it = nodes_.find(path); it != nodes_.end()) {
+        node.emplace();
+        if (!DecodeTreeNode(it->second, &*node)) {
+          node.reset();
+          status = Status::Corruption("the tree node of '" + path + "' does not decode");
+        }
+      }
+    }
+    handler(status, std::move(node));
+  });
+}
+
 void MemoryStore::Raise(std::string key, uint64_t token, FenceHandler handler) {
   if (Status s = CheckTokenKey(key, kMaxKeyBytes); !s.ok()) return handler(s, Fence{});
   Run([this, key = std::move(key), token, handler = std::move(handler)](bool closed) mutable {
@@ -164,6 +191,36 @@ void MemoryStore::DoAdvanceAll(const std::vector<KeyToken>& items,
     }
   }
   handler(Status::Ok(), std::move(f));
+}
+
+void MemoryStore::DoAdvanceTree(const TreeWrite& write, const TreeHandler& handler) {
+  TreeVerdict verdict;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    TreeReads reads;
+    for (const std::string& key : write.keys) {
+      auto it = map_.find(key);
+      reads.keys.push_back(it == map_.end() ? std::nullopt : std::optional<uint64_t>(it->second));
+    }
+    for (const std::string& path : TreeNodePaths(write)) {
+      auto it = nodes_.find(path);
+      std::optional<TreeNode>& node = reads.nodes.emplace_back();
+      if (it == nodes_.end()) continue;
+      node.emplace();
+      if (!DecodeTreeNode(it->second, &*node)) {
+        status = Status::Corruption("the tree node of '" + path + "' does not decode");
+        break;
+      }
+    }
+    TreeChanges changes;
+    if (status.ok()) status = DecideTree(write, reads, &verdict, &changes);
+    if (status.ok()) {
+      for (auto& [key, token] : changes.keys) map_[key] = token;
+      for (auto& [path, node] : changes.nodes) nodes_[path] = EncodeTreeNode(node);
+    }
+  }
+  handler(status, status.ok() ? std::move(verdict) : TreeVerdict{});
 }
 
 void MemoryStore::DoRaise(std::string key, uint64_t token, const FenceHandler& handler) {

@@ -65,6 +65,8 @@ class MemoryStore : public TokenStore, public IdempotencyStore {
   void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) override;
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
   void Get(std::string key, GetHandler handler) override;
+  void AdvanceTree(TreeWrite write, TreeHandler handler) override;
+  void GetNode(std::string path, NodeHandler handler) override;
 
   // Idempotency records (idempotency_store.h), decided in the same call
   // order as the calls above and stored encoded, as a disk engine keeps
@@ -110,6 +112,7 @@ class MemoryStore : public TokenStore, public IdempotencyStore {
   void DoAdvanceAll(const std::vector<KeyToken>& items, const BatchFenceHandler& handler);
   void DoRaise(std::string key, uint64_t token, const FenceHandler& handler);
   void DoGet(const std::string& key, const GetHandler& handler);
+  void DoAdvanceTree(const TreeWrite& write, const TreeHandler& handler);
 
   const bool answer_on_caller_;
 
@@ -118,6 +121,7 @@ class MemoryStore : public TokenStore, public IdempotencyStore {
   std::mutex map_mu_;
   std::map<std::string, uint64_t, std::less<>> map_;  // guarded by map_mu_
   std::map<std::string, std::string, std::less<>> records_;  // guarded by map_mu_; encoded
+  std::map<std::string, std::string, std::less<>> nodes_;    // guarded by map_mu_; encoded
   // Applies an engine-neutral decision to records_ (map_mu_ held).
   void Apply(const std::string& key, RecordDecision& change);
   std::optional<std::string> StoredRecord(const std::string& key);  // map_mu_ held

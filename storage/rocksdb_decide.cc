@@ -29,6 +29,7 @@ using rocksdb_support::EncodeToken;
 using rocksdb_support::FromRocks;
 using rocksdb_support::kTokenBytes;
 using rocksdb_support::Printable;
+using rocksdb_support::TreeRequest;
 
 Status RocksDbStore::ReadToken(const std::string& key, bool* present,
                                uint64_t* value, bool cache_only, bool on_lane) const {
@@ -63,6 +64,79 @@ Status RocksDbStore::ReadToken(const std::string& key, bool* present,
   return Status::Ok();
 }
 
+Status RocksDbStore::ReadNode(const std::string& path, std::optional<TreeNode>* node,
+                              bool cache_only, bool on_lane) const {
+  node->reset();
+  std::optional<std::string> bytes;
+  if (Status s = ReadRecord(TreeKeyOf(path), &bytes, cache_only, on_lane); !s.ok()) return s;
+  if (!bytes) return Status::Ok();
+  if (!DecodeTreeNode(*bytes, &node->emplace())) {
+    node->reset();
+    return Status::Corruption("the tree node of '" + Printable(path) + "' does not decode");
+  }
+  return Status::Ok();
+}
+
+Status RocksDbStore::DecideTreeRequest(WriteRequest& r, bool from_caller, KnownTokens& known,
+                                       bool remember, NodesSeen& seen,
+                                       rocksdb::WriteBatch& changes, Outcome& out) {
+  TreeRequest& req = *r.tree;
+  const TreeWrite& write = req.write;
+  TreeReads reads;
+  reads.keys.resize(write.keys.size());
+  for (size_t j = 0; j < write.keys.size(); ++j) {
+    KnownToken k;
+    if (auto it = known.find(write.keys[j]); it != known.end()) {
+      k = it->second;
+    } else if (Status s = ReadToken(write.keys[j], &k.present, &k.value, from_caller,
+                                    /*on_lane=*/true);
+               !s.ok()) {
+      out.status = s;
+      return s;
+    }
+    if (k.present) reads.keys[j] = k.value;
+  }
+  const std::vector<std::string> paths = TreeNodePaths(write);
+  reads.nodes.resize(paths.size());
+  for (size_t j = 0; j < paths.size(); ++j) {
+    if (auto it = seen.find(paths[j]); it != seen.end()) {
+      reads.nodes[j] = it->second;
+    } else if (Status s = ReadNode(paths[j], &reads.nodes[j], from_caller, /*on_lane=*/true);
+               !s.ok()) {
+      out.status = s;
+      return s;
+    }
+  }
+  TreeChanges decided;
+  if (Status s = DecideTree(write, reads, &req.verdict, &decided); !s.ok()) {
+    out.status = s;
+    return s;
+  }
+  // Every change or none: a Put that fails takes back those before it.
+  changes.SetSavePoint();
+  rocksdb::Status put;
+  for (const auto& [key, token] : decided.keys) {
+    if (put.ok()) put = changes.Put(key, EncodeToken(token));
+  }
+  for (const auto& [path, node] : decided.nodes) {
+    if (put.ok()) put = changes.Put(TreeKeyOf(path), EncodeTreeNode(node));
+  }
+  if (!put.ok()) {
+    (void)changes.RollbackToSavePoint();
+    out.status = FromRocks(put, "building write batch");
+    return out.status;
+  }
+  (void)changes.PopSavePoint();
+  for (size_t j = 0; j < paths.size(); ++j) seen[paths[j]] = std::move(reads.nodes[j]);
+  for (auto& [path, node] : decided.nodes) seen[path] = std::move(node);
+  if (remember) {
+    for (size_t j = 0; j < write.keys.size(); ++j) {
+      known[write.keys[j]] = KnownToken{true, req.verdict.current[j]};
+    }
+  }
+  return Status::Ok();
+}
+
 bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
                           std::span<Outcome> outcomes) {
   if (lane_.failed) {  // never from_caller: see WriteLane::TakeForCaller
@@ -75,15 +149,12 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
       return true;
     }
   }
-  struct Known {
-    bool present = false;
-    uint64_t value = 0;
-  };
+  using Known = KnownToken;
   // Value of each key as of the requests decided so far in this batch. The
   // views point into batch, which does not change until the handlers ran.
   // A batch of one never looks a key up twice and needs no map (an
   // AdvanceAll's keys are distinct).
-  std::unordered_map<std::string_view, Known> known;
+  KnownTokens known;
   const bool remember = batch.size() > 1;
   rocksdb::WriteBatch& changes = *changes_;
   changes.Clear();  // keeps its buffer
@@ -99,8 +170,15 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   };
 
   RecordsSeen records_seen;  // only for a batch that changes a record
+  NodesSeen nodes_seen;      // only for a batch with a tree write
   for (size_t i = 0; i < batch.size(); ++i) {
     WriteRequest& r = batch[i];
+    if (r.tree) {
+      Status s = DecideTreeRequest(r, from_caller, known, remember, nodes_seen, changes,
+                                   outcomes[i]);
+      if (from_caller && s.code() == Status::Code::kBusy) return false;
+      continue;
+    }
     if (r.record) {
       Status s = DecideRecord(r, from_caller, records_seen, changes, outcomes[i]);
       if (from_caller && s.code() == Status::Code::kBusy) return false;

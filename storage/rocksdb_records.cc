@@ -103,7 +103,7 @@ Status RocksDbStore::ReadRecord(const std::string& stored_key, std::optional<std
   if (s.IsIncomplete() && cache_only) return Status::Busy("not cached");
   if (s.IsNotFound()) return Status::Ok();
   if (!s.ok()) {
-    return FromRocks(s, "reading idempotency record '" +
+    return FromRocks(s, "reading the store's own record '" +
                             Printable(std::string_view(stored_key).substr(kRecordKeyPrefix.size())) +
                             "'");
   }

@@ -19,6 +19,7 @@ using rocksdb_support::DecodeToken;
 using rocksdb_support::FromRocks;
 using rocksdb_support::kTokenBytes;
 using rocksdb_support::Printable;
+using rocksdb_support::TreeRequest;
 
 RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<rocksdb::DB> db)
     : options_(options),
@@ -46,6 +47,22 @@ void RocksDbStore::Advance(std::string key, uint64_t token,
 void RocksDbStore::AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) {
   Enqueue(/*raise=*/false, {}, 0, {},
           std::make_unique<BatchRequest>(BatchRequest{std::move(items), std::move(handler)}));
+}
+
+void RocksDbStore::AdvanceTree(TreeWrite write, TreeHandler handler) {
+  if (Status s = CheckTreeWrite(write, kMaxKeyBytes); !s.ok()) {
+    return handler(s, TreeVerdict{});
+  }
+  WriteRequest request;
+  request.tree = std::make_unique<TreeRequest>(TreeRequest{std::move(write), std::move(handler), {}});
+  Submit(std::move(request));
+}
+
+void RocksDbStore::GetNode(std::string path, NodeHandler handler) {
+  ReadRequest r;
+  r.key = std::move(path);
+  r.node = std::move(handler);
+  SubmitRead(std::move(r));
 }
 
 void RocksDbStore::Raise(std::string key, uint64_t token,
@@ -138,7 +155,8 @@ Status RocksDbStore::ForEach(const Visitor& visit) {
   ro.total_order_seek = true;  // a hash memtable iterates in order only when asked
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (IsRecordKey(std::string_view(it->key().data(), it->key().size()))) continue;
+    const std::string_view stored(it->key().data(), it->key().size());
+    if (IsRecordKey(stored) || IsTreeKey(stored)) continue;
     std::string key = it->key().ToString();
     rocksdb::Slice raw = it->value();
     if (raw.size() != kTokenBytes) {
@@ -166,6 +184,12 @@ void RocksDbStore::ReaderLoop() {
     for (ReadRequest& r : pending) {
       if (r.lookup) {
         AnswerLookup(r);
+        continue;
+      }
+      if (r.node) {
+        std::optional<TreeNode> node;
+        Status s = ReadNode(r.key, &node, /*cache_only=*/false, /*on_lane=*/false);
+        r.node(s, s.ok() ? std::move(node) : std::nullopt);
         continue;
       }
       bool present = false;

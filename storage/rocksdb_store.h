@@ -138,6 +138,14 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   // See token_store.h. Same thread and durability as Advance.
   void Raise(std::string key, uint64_t token, FenceHandler handler) override;
 
+  // See token_store.h. A request of the writer lane like AdvanceAll, its
+  // nodes stored under TreeKeyOf(path) in the tokens' database, written in
+  // the same WriteBatch as its keys. On the caller's thread every key and
+  // node it reads must be cached, as for AdvanceAll.
+  void AdvanceTree(TreeWrite write, TreeHandler handler) override;
+  // See token_store.h. The reader thread's, like Get.
+  void GetNode(std::string path, NodeHandler handler) override;
+
   // See token_store.h. The handler runs on the reader thread, so a read
   // never waits behind an fsync. It sees every Advance/Raise whose handler
   // has run (and possibly ones committed whose handler has not run yet). A
@@ -199,7 +207,18 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
     // A record's Lookup instead of a Get: key is the stored key.
     LookupHandler lookup;
     int64_t now_ms = 0;
+    // A tree node's read instead of a Get: key is the node's path.
+    NodeHandler node;
   };
+  // A node as of the requests decided so far in a batch, by path.
+  using NodesSeen = std::unordered_map<std::string, std::optional<TreeNode>>;
+  // A token key's value as of the requests decided so far in a batch; the
+  // views point into the batch (see Decide).
+  struct KnownToken {
+    bool present = false;
+    uint64_t value = 0;
+  };
+  using KnownTokens = std::unordered_map<std::string_view, KnownToken>;
   // A record's bytes as of the requests decided so far in a batch; the
   // views point into the batch (see Decide).
   using RecordsSeen = std::unordered_map<std::string_view, std::optional<std::string>>;
@@ -226,6 +245,17 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   Status ReadRecord(const std::string& stored_key, std::optional<std::string>* bytes,
                     bool cache_only, bool on_lane) const;
   void AnswerLookup(ReadRequest& r);  // reader thread
+  // Decides an AdvanceTree (Decide, holding the lane): reads keys through
+  // `known` (as of the batch; updated when `remember`) and nodes through
+  // `seen` (always updated), adds the accepted changes to `changes`. Busy
+  // from_caller when a key or node is not cached (nothing decided).
+  Status DecideTreeRequest(WriteRequest& r, bool from_caller, KnownTokens& known,
+                           bool remember, NodesSeen& seen, rocksdb::WriteBatch& changes,
+                           Outcome& out);
+  // Reads the node of `path` (nullopt: none); cache_only and on_lane as
+  // ReadToken's. A record that does not decode: Corruption.
+  Status ReadNode(const std::string& path, std::optional<TreeNode>* node, bool cache_only,
+                  bool on_lane) const;
   // Holding the lane, on the caller's thread: decides `request` (or queues
   // it for the writer), then at most one batch that others queued
   // meanwhile, then lets go of the lane.

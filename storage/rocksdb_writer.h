@@ -26,6 +26,13 @@ struct BatchRequest {
   TokenStore::BatchFenceHandler handler;
 };
 
+// An AdvanceTree's write and handler, and the verdict deciding it found.
+struct TreeRequest {
+  TreeWrite write;
+  TokenStore::TreeHandler handler;
+  TreeVerdict verdict;
+};
+
 // A change to an idempotency record (idempotency_store.h): the request's
 // key is the record's stored key (kRecordKeyPrefix and the caller's key).
 struct RecordRequest {
@@ -49,6 +56,7 @@ struct WriteRequest {
   TokenStore::FenceHandler handler;
   std::unique_ptr<BatchRequest> batch;  // AdvanceAll: key, token, handler unused
   std::unique_ptr<RecordRequest> record;  // a record's change: token, handler unused
+  std::unique_ptr<TreeRequest> tree;  // AdvanceTree: key, token, handler unused
 };
 
 struct Outcome {
@@ -57,9 +65,12 @@ struct Outcome {
   BatchFence batch;  // AdvanceAll's
 };
 
-// Runs r's handler (Advance/Raise, AdvanceAll or a record's) with its outcome.
+// Runs r's handler (Advance/Raise, AdvanceAll, AdvanceTree or a record's) with its outcome.
 inline void Answer(WriteRequest& r, Outcome& o) {
   if (r.batch) return r.batch->handler(o.status, std::move(o.batch));
+  if (r.tree) {
+    return r.tree->handler(o.status, o.status.ok() ? std::move(r.tree->verdict) : TreeVerdict{});
+  }
   if (r.record) {  // what it found counts only if its batch was written
     RecordRequest& rr = *r.record;
     if (rr.kind == RecordRequest::Kind::kReserve) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "storage/status.h"
+#include "storage/tree.h"
 
 namespace boost::asio::ssl {
 class context;
@@ -65,15 +66,24 @@ struct BatchFence {
 // for long.
 inline constexpr size_t kMaxBatchItems = 64;
 
-// Token keys may not begin with these two bytes (a NUL, then 'i'): an
-// engine keeps idempotency records (idempotency_store.h) beside the tokens
-// under keys that do. Every engine refuses such a token key, so that all
-// behave alike.
+// Token keys may not begin with a NUL byte and then 'i' or 't': an engine
+// keeps its own records beside the tokens under keys that do, idempotency
+// records (idempotency_store.h) after a NUL and 'i', the nodes of the tree
+// of paths (tree.h) after a NUL and 't'. Every engine refuses such a token
+// key, so that all behave alike. (The lock service keeps its counters
+// under "\0locks/", lock_service.h.)
 inline constexpr std::string_view kRecordKeyPrefix{"\0i", 2};
 inline bool IsRecordKey(std::string_view key) { return key.starts_with(kRecordKeyPrefix); }
+inline constexpr std::string_view kTreeKeyPrefix{"\0t", 2};
+inline bool IsTreeKey(std::string_view key) { return key.starts_with(kTreeKeyPrefix); }
+inline std::string TreeKeyOf(std::string_view path) {
+  std::string k(kTreeKeyPrefix);
+  k.append(path);
+  return k;
+}
 
 // What every engine refuses of one key: longer than max_key_bytes, or
-// beginning with kRecordKeyPrefix. InvalidArgument naming it, or ok.
+// beginning as the store's own records do. InvalidArgument naming it, or ok.
 Status CheckTokenKey(std::string_view key, size_t max_key_bytes);
 
 // What every engine refuses in AdvanceAll, before deciding anything: no item
@@ -81,6 +91,12 @@ Status CheckTokenKey(std::string_view key, size_t max_key_bytes);
 // key named twice. InvalidArgument naming the problem, or
 // ok.
 Status CheckBatchItems(const std::vector<KeyToken>& items, size_t max_key_bytes);
+
+// What every engine refuses in AdvanceTree, before deciding anything: keys
+// as CheckBatchItems would (none is allowed: a write with only uncovered
+// targets), no target or more than two, a path longer than max_key_bytes.
+// DecideTree refuses the rest (tree.h).
+Status CheckTreeWrite(const TreeWrite& write, size_t max_key_bytes);
 
 class IdempotencyStore;
 
@@ -101,6 +117,8 @@ class TokenStore {
   using FenceHandler = std::function<void(const Status&, Fence)>;
   using BatchFenceHandler = std::function<void(const Status&, BatchFence)>;
   using GetHandler = std::function<void(const Status&, std::optional<uint64_t>)>;
+  using TreeHandler = std::function<void(const Status&, TreeVerdict)>;
+  using NodeHandler = std::function<void(const Status&, std::optional<TreeNode>)>;
 
   virtual ~TokenStore() = default;
 
@@ -126,6 +144,21 @@ class TokenStore {
   // stored. On a non-ok Status the BatchFence is meaningless: nothing may be
   // forwarded (fail closed).
   virtual void AdvanceAll(std::vector<KeyToken> items, BatchFenceHandler handler) = 0;
+
+  // Atomic check-and-advance of a write over the tree of paths
+  // (docs/contract.md, "Nested resources"): reads the write's keys and the
+  // nodes of its targets and their ancestors, decides by DecideTree (tree.h),
+  // and when accepted stores the keys' new tokens and the changed nodes in
+  // one atomic write (durability and group commit as Advance). One decision
+  // in the call order, as AdvanceAll. What CheckTreeWrite or DecideTree
+  // refuses as malformed answers InvalidArgument, nothing stored; a node
+  // that does not decode, Corruption. On a non-ok Status the verdict is
+  // meaningless: nothing may be forwarded. An engine that keeps no tree
+  // answers Unavailable.
+  virtual void AdvanceTree(TreeWrite write, TreeHandler handler);
+
+  // Reads the node of a canonical path; nullopt when the tree has none.
+  virtual void GetNode(std::string path, NodeHandler handler);
 
   // Administrative raise: stores max(stored, token), never refuses, never
   // lowers. Reports {accepted=true, current=new maximum}. Same durability.

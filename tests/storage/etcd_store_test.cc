@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "storage/etcd_client.h"
+#include "tests/storage/test_util.h"
+#include "tests/storage/tree_model.h"
 #include "tests/support/etcd_process.h"
 
 namespace fencegate::storage {
@@ -210,6 +212,98 @@ TEST_F(EtcdStoreTest, ConcurrentReplicasNeverAcceptBelowTheStoredToken) {
   EXPECT_GT(accepted.load(), 0);
   EXPECT_LT(accepted.load(), 2 * kPerStore) << "tokens went down too: some must be refused";
   EXPECT_EQ(GetSync(*a, "/objects/hot").second, highest_accepted.load());
+}
+
+// The tree of paths in etcd: decided as the plain model of the rule
+// (tests/storage/tree_model.h), and read back node by node.
+TEST_F(EtcdStoreTest, TreeWritesDecideAsTheModel) {
+  auto store = Open();
+  testing::Model model;
+  testing::Workload load(11);
+  for (int i = 0; i < 150; ++i) {
+    const TreeWrite w = load.Next();
+    const TreeVerdict::Kind want = model.Decide(w);
+    testing::TreeResult r = testing::AdvanceTreeSync(*store, w);
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    ASSERT_EQ(r.verdict.kind, want) << "write " << i << " to " << w.targets[0].path;
+  }
+  TreeWrite w;
+  w.keys = {"/c/z"};
+  w.token = 100;
+  w.targets = {{"/c/z", "/c/z", false, Nesting::kShared}};
+  ASSERT_EQ(testing::AdvanceTreeSync(*store, w).verdict.kind, TreeVerdict::Kind::kAccepted);
+  EXPECT_EQ(GetSync(*store, "/c/z").second, 100u);
+  testing::NodeResult node = testing::GetNodeSync(*store, "/c");
+  ASSERT_TRUE(node.status.ok()) << node.status.ToString();
+  ASSERT_TRUE(node.node.has_value());
+  EXPECT_EQ(node.node->below_path, "/c/z");
+  EXPECT_FALSE(testing::GetNodeSync(*store, "/nowhere").node.has_value());
+}
+
+// Tree writes queued together are read and written in two transactions,
+// however many, up to what one transaction reads.
+TEST_F(EtcdStoreTest, TreeWritesQueuedTogetherShareTransactions) {
+  CountingTransport* counting = nullptr;
+  auto store = Open(&counting);
+  ASSERT_TRUE(AdvanceSync(*store, "warm", 1).status.ok());
+  const int before = counting->calls.load();
+  constexpr int kWrites = 120;  // 4-segment paths: 6 reads each, 21 a transaction
+  std::atomic<int> pending{kWrites};
+  std::atomic<int> accepted{0};
+  std::promise<void> done;
+  for (int i = 0; i < kWrites; ++i) {
+    const std::string path = "/t/" + std::to_string(i % 7) + "/d/" + std::to_string(i);
+    TreeWrite w;
+    w.keys = {path};
+    w.token = 5;
+    w.targets = {{path, path, false, Nesting::kPerKey}};
+    store->AdvanceTree(std::move(w), [&](const Status& s, TreeVerdict v) {
+      if (s.ok() && v.kind == TreeVerdict::Kind::kAccepted) accepted.fetch_add(1);
+      if (pending.fetch_sub(1) == 1) done.set_value();
+    });
+  }
+  done.get_future().wait();
+  EXPECT_EQ(accepted.load(), kWrites);
+  const int transactions = counting->calls.load() - before;
+  EXPECT_LT(transactions, kWrites / 4) << kWrites << " queued tree writes took " << transactions;
+}
+
+// Two replicas on one tree: a subtree write through one never passes a
+// write below it accepted through the other (compare-and-set on every
+// node read), whatever the interleaving.
+TEST_F(EtcdStoreTest, TwoReplicasDecideOneTree) {
+  auto a = Open();
+  auto b = Open();
+  constexpr int kPerStore = 60;
+  std::atomic<int> violations{0};
+  auto issue = [&](EtcdStore& store, int seed) {
+    for (int i = 0; i < kPerStore; ++i) {
+      const uint64_t token = static_cast<uint64_t>(seed * 1000 + i);
+      const std::string below = "/s/d/" + std::to_string(seed) + "/" + std::to_string(i);
+      TreeWrite put;
+      put.keys = {below};
+      put.token = token;
+      put.targets = {{below, below, false, Nesting::kShared}};
+      if (!testing::AdvanceTreeSync(store, put).status.ok()) violations.fetch_add(1);
+    }
+  };
+  std::thread ta([&] { issue(*a, 1); });
+  std::thread tb([&] { issue(*b, 2); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(violations.load(), 0);
+  // Every write below /s/d was accepted, the highest with 2059: a subtree
+  // write to /s/d below that is refused, one at it accepted.
+  TreeWrite del;
+  del.keys = {"/s/d"};
+  del.token = 2058;
+  del.targets = {{"/s/d", "/s/d", true, Nesting::kShared}};
+  testing::TreeResult r = testing::AdvanceTreeSync(*a, del);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.verdict.kind, TreeVerdict::Kind::kStaleTree);
+  EXPECT_EQ(r.verdict.tree_token, 2059u);
+  del.token = 2059;
+  EXPECT_EQ(testing::AdvanceTreeSync(*b, del).verdict.kind, TreeVerdict::Kind::kAccepted);
 }
 
 TEST_F(EtcdStoreTest, CallsQueuedTogetherShareATransaction) {

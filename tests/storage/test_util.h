@@ -60,6 +60,16 @@ struct BatchResult {
   BatchFence fence;
 };
 
+struct TreeResult {
+  Status status;
+  TreeVerdict verdict;
+};
+
+struct NodeResult {
+  Status status;
+  std::optional<TreeNode> node;
+};
+
 struct GetResult {
   Status status;
   std::optional<uint64_t> value;
@@ -101,6 +111,24 @@ inline BatchResult AdvanceAllSync(TokenStore& store, std::vector<KeyToken> items
     p->set_value(BatchResult{s, std::move(fence)});
   });
   return WaitFor(f, BatchResult{Status::Unavailable("test deadline"), {}});
+}
+
+inline TreeResult AdvanceTreeSync(TokenStore& store, TreeWrite write) {
+  auto p = std::make_shared<std::promise<TreeResult>>();
+  auto f = p->get_future();
+  store.AdvanceTree(std::move(write), [p](const Status& s, TreeVerdict verdict) {
+    p->set_value(TreeResult{s, std::move(verdict)});
+  });
+  return WaitFor(f, TreeResult{Status::Unavailable("test deadline"), {}});
+}
+
+inline NodeResult GetNodeSync(TokenStore& store, const std::string& path) {
+  auto p = std::make_shared<std::promise<NodeResult>>();
+  auto f = p->get_future();
+  store.GetNode(path, [p](const Status& s, std::optional<TreeNode> node) {
+    p->set_value(NodeResult{s, std::move(node)});
+  });
+  return WaitFor(f, NodeResult{Status::Unavailable("test deadline"), {}});
 }
 
 inline GetResult GetSync(TokenStore& store, const std::string& key) {

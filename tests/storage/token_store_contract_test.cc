@@ -23,11 +23,14 @@
 #include "storage/rocksdb_store.h"
 #include "storage/token_store.h"
 #include "tests/storage/test_util.h"
+#include "tests/storage/tree_model.h"
 
 namespace fencegate::storage {
 namespace {
 
 using testing::AdvanceAllSync;
+using testing::AdvanceTreeSync;
+using testing::GetNodeSync;
 using testing::AdvanceSync;
 using testing::BatchResult;
 using testing::FenceResult;
@@ -194,9 +197,10 @@ TEST_P(TokenStoreContract, AKeyUpToTheLimitIsTakenALongerOneRefused) {
   EXPECT_EQ(GetSync(store(), longer).status.code(), Status::Code::kInvalidArgument);
 }
 
-// The first two bytes of an idempotency record's key (token_store.h) are
-// no token key's beginning, in any engine, whether or not it keeps records.
-TEST_P(TokenStoreContract, ATokenKeyCannotBeginAsARecordsKey) {
+// The first two bytes of the store's own records' keys (token_store.h:
+// idempotency records, the tree's nodes) are no token key's beginning, in
+// any engine, whether or not it keeps such records.
+TEST_P(TokenStoreContract, ATokenKeyCannotBeginAsTheStoresOwnRecords) {
   const std::string taken("\0ik", 3);
   EXPECT_EQ(AdvanceSync(store(), taken, 1).status.code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(RaiseSync(store(), taken, 1).status.code(), Status::Code::kInvalidArgument);
@@ -204,8 +208,57 @@ TEST_P(TokenStoreContract, ATokenKeyCannotBeginAsARecordsKey) {
   EXPECT_EQ(AdvanceAllSync(store(), {{"a", 1}, {taken, 1}}).status.code(),
             Status::Code::kInvalidArgument);
   EXPECT_FALSE(GetSync(store(), "a").value.has_value()) << "all or nothing";
+  EXPECT_EQ(AdvanceSync(store(), std::string("\0t/a", 4), 1).status.code(),
+            Status::Code::kInvalidArgument);
   // A NUL byte followed by anything else is a key like any other.
   ExpectFence(AdvanceSync(store(), std::string("\0j", 2), 4), true, 4);
+}
+
+// AdvanceTree decides as the plain model of the rule does
+// (tests/storage/tree_model.h), over random writes, and keeps what it
+// accepted: keys, and nodes that GetNode reads back.
+TEST_P(TokenStoreContract, AdvanceTreeDecidesAsTheModel) {
+  testing::Model model;
+  testing::Workload load(7);
+  for (int i = 0; i < 400; ++i) {
+    const TreeWrite w = load.Next();
+    const TreeVerdict::Kind want = model.Decide(w);
+    testing::TreeResult r = AdvanceTreeSync(store(), w);
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    ASSERT_EQ(r.verdict.kind, want) << "write " << i << " to " << w.targets[0].path;
+  }
+  // A path written with token 100 under the shared part of the tree.
+  TreeWrite w;
+  w.keys = {"/c/z"};
+  w.token = 100;
+  w.targets = {{"/c/z", "/c/z", false, Nesting::kShared}};
+  ASSERT_EQ(AdvanceTreeSync(store(), w).verdict.kind, TreeVerdict::Kind::kAccepted);
+  EXPECT_EQ(GetSync(store(), "/c/z").value, 100u);
+  testing::NodeResult node = GetNodeSync(store(), "/c/z");
+  ASSERT_TRUE(node.status.ok()) << node.status.ToString();
+  ASSERT_TRUE(node.node.has_value());
+  EXPECT_TRUE(node.node->fenced);
+  EXPECT_EQ(node.node->token, 100u);
+  node = GetNodeSync(store(), "/c");
+  ASSERT_TRUE(node.node.has_value());
+  EXPECT_EQ(node.node->below, 100u);
+  EXPECT_EQ(node.node->below_path, "/c/z");
+  EXPECT_FALSE(GetNodeSync(store(), "/nowhere").node.has_value());
+}
+
+TEST_P(TokenStoreContract, AdvanceTreeRefusesAMalformedWriteAndStoresNothing) {
+  TreeWrite w;
+  w.keys = {"/a", "/a"};
+  w.token = 1;
+  w.targets = {{"/a", "/a", true, Nesting::kPerKey}};
+  EXPECT_EQ(AdvanceTreeSync(store(), w).status.code(), Status::Code::kInvalidArgument);
+  w.keys = {"/a"};
+  w.targets = {};
+  EXPECT_EQ(AdvanceTreeSync(store(), w).status.code(), Status::Code::kInvalidArgument);
+  w.targets = {{"/a/", "/a", true, Nesting::kPerKey}};
+  EXPECT_EQ(AdvanceTreeSync(store(), w).status.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(GetSync(store(), "/a").value, std::nullopt);
+  EXPECT_FALSE(GetNodeSync(store(), "/").node.has_value());
 }
 
 // Calls made one after the other without waiting for their answers are

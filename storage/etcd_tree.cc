@@ -1,0 +1,191 @@
+// EtcdStore's tree of paths (etcd_store.h, tree.h): a run of tree writes
+// read in one transaction, decided in order by DecideTree, and written in
+// one transaction that compares the modification revision of every key it
+// read; read and decided again when another replica changed one meanwhile.
+
+#include <nlohmann/json.hpp>
+
+#include <unordered_map>
+#include <utility>
+
+#include "storage/etcd_client.h"
+#include "storage/etcd_store.h"
+
+namespace fencegate::storage {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kTreeAttempts = 16;
+
+// One etcd key as read: its value (nullopt: absent) and modification
+// revision (0 when absent), and the value decided since, if it changed.
+struct Read {
+  std::optional<std::string> value;
+  int64_t mod = 0;
+  std::optional<std::string> decided;
+  const std::optional<std::string>& Now() const { return decided ? decided : value; }
+};
+
+Status Malformed(std::string_view what) {
+  return Status::Corruption("etcd answered something that is not " + std::string(what));
+}
+
+// The value and revision of a range answer; false when it is not one.
+bool ReadOf(const json& answer, Read* out) {
+  const json& range = answer.value("response_range", json::object());
+  auto kvs = range.find("kvs");
+  if (kvs == range.end() || kvs->empty()) return true;
+  std::string bytes;
+  if (!EtcdClient::FromBase64((*kvs)[0].value("value", std::string()), &bytes)) return false;
+  if (!EtcdClient::Int64Field((*kvs)[0], "mod_revision", &out->mod)) return false;
+  out->value = std::move(bytes);
+  return true;
+}
+
+}  // namespace
+
+std::string EtcdStore::NodeKeyOf(std::string_view path) const {
+  std::string out = options_.prefix;
+  out.append("n/").append(path);
+  return out;
+}
+
+void EtcdStore::AdvanceTree(TreeWrite write, TreeHandler handler) {
+  if (Status s = CheckTreeWrite(write, kMaxKeyBytes); !s.ok()) return handler(s, TreeVerdict{});
+  Enqueue(Tree{std::move(write), std::move(handler), {}});
+}
+
+void EtcdStore::GetNode(std::string path, NodeHandler handler) {
+  Tree call;
+  call.write.keys.push_back(std::move(path));
+  call.node = std::move(handler);
+  Enqueue(std::move(call));
+}
+
+void EtcdStore::RunNodeRead(Tree& call) {
+  const std::string& path = call.write.keys.front();
+  json response;
+  Status status = transport_->Call(
+      "/v3/kv/range", {{"key", EtcdClient::Base64(NodeKeyOf(path))}}, &response, true);
+  SetHealth(status);
+  if (!status.ok()) return call.node(status, std::nullopt);
+  Read read;
+  if (!ReadOf({{"response_range", response}}, &read)) {
+    return call.node(Malformed("a tree node"), std::nullopt);
+  }
+  if (!read.value) return call.node(Status::Ok(), std::nullopt);
+  TreeNode node;
+  if (!DecodeTreeNode(*read.value, &node)) {
+    return call.node(Status::Corruption("the tree node of '" + path + "' does not decode"),
+                     std::nullopt);
+  }
+  call.node(Status::Ok(), std::move(node));
+}
+
+void EtcdStore::RunTrees(std::vector<Tree>& batch) {
+  counts_.requests.fetch_add(batch.size(), std::memory_order_relaxed);
+  // Every etcd key the batch reads, once, in the order first needed.
+  std::vector<std::string> names;
+  std::unordered_map<std::string, size_t> index;
+  std::vector<std::vector<std::string>> node_paths(batch.size());
+  auto need = [&](std::string name) {
+    if (index.emplace(name, names.size()).second) names.push_back(std::move(name));
+  };
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (const std::string& k : batch[i].write.keys) need(KeyOf(k));
+    node_paths[i] = TreeNodePaths(batch[i].write);
+    for (const std::string& p : node_paths[i]) need(NodeKeyOf(p));
+  }
+  std::vector<std::string> names64(names.size());
+  for (size_t j = 0; j < names.size(); ++j) names64[j] = EtcdClient::Base64(names[j]);
+
+  std::vector<std::pair<Status, TreeVerdict>> decided(batch.size());
+  Status status;
+  for (int attempt = 0; attempt < kTreeAttempts; ++attempt) {
+    json reads = json::array();
+    for (const std::string& k : names64) reads.push_back({{"requestRange", {{"key", k}}}});
+    json read;
+    status = transport_->Call("/v3/kv/txn", {{"success", reads}}, &read, true);
+    SetHealth(status);
+    if (!status.ok()) break;
+    const json& answers = read.value("responses", json::array());
+    if (answers.size() != names.size()) {
+      status = Malformed("one answer per key");
+      break;
+    }
+    std::vector<Read> state(names.size());
+    for (size_t j = 0; j < names.size() && status.ok(); ++j) {
+      if (!ReadOf(answers[j], &state[j])) status = Malformed("a token or a tree node");
+    }
+    if (!status.ok()) break;
+
+    // Each write in order, against what the ones before it decided.
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const TreeWrite& w = batch[i].write;
+      TreeReads in;
+      Status s;
+      for (const std::string& k : w.keys) {
+        const std::optional<std::string>& v = state[index.at(KeyOf(k))].Now();
+        uint64_t token = 0;
+        if (v && !DecodeToken(*v, &token)) s = Malformed("a token");
+        in.keys.push_back(v ? std::optional<uint64_t>(token) : std::nullopt);
+      }
+      for (const std::string& p : node_paths[i]) {
+        const std::optional<std::string>& v = state[index.at(NodeKeyOf(p))].Now();
+        std::optional<TreeNode>& node = in.nodes.emplace_back();
+        if (v && !DecodeTreeNode(*v, &node.emplace())) {
+          s = Status::Corruption("the tree node of '" + p + "' does not decode");
+        }
+      }
+      TreeChanges changes;
+      if (s.ok()) s = DecideTree(w, in, &decided[i].second, &changes);
+      decided[i].first = s;
+      if (!s.ok()) continue;
+      for (const auto& [key, token] : changes.keys) {
+        state[index.at(KeyOf(key))].decided = EncodeToken(token);
+      }
+      for (const auto& [path, node] : changes.nodes) {
+        state[index.at(NodeKeyOf(path))].decided = EncodeTreeNode(node);
+      }
+    }
+
+    json compares = json::array();
+    json puts = json::array();
+    for (size_t j = 0; j < names.size(); ++j) {
+      compares.push_back({{"key", names64[j]},
+                          {"target", "MOD"},
+                          {"result", "EQUAL"},
+                          {"mod_revision", std::to_string(state[j].mod)}});
+      if (state[j].decided && state[j].decided != state[j].value) {
+        puts.push_back({{"requestPut",
+                         {{"key", names64[j]}, {"value", EtcdClient::Base64(*state[j].decided)}}}});
+      }
+    }
+    if (puts.empty()) {  // nothing accepted changes anything: answered as read
+      CountWrite(0, status, 0);
+      break;
+    }
+    json written;
+    status = transport_->Call("/v3/kv/txn", {{"compare", compares}, {"success", puts}}, &written,
+                              true);
+    SetHealth(status);
+    const bool succeeded = status.ok() && EtcdClient::Succeeded(written);
+    CountWrite(0, status, succeeded ? puts.size() : 0);
+    if (!status.ok() || succeeded) break;
+    // Another replica wrote one of them: read and decide again.
+    status = Status::Busy("the tree kept changing under a run of tree writes");
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!status.ok()) {
+      batch[i].handler(status, TreeVerdict{});
+    } else if (!decided[i].first.ok()) {
+      batch[i].handler(decided[i].first, TreeVerdict{});
+    } else {
+      batch[i].handler(Status::Ok(), std::move(decided[i].second));
+    }
+  }
+}
+
+}  // namespace fencegate::storage

@@ -1,0 +1,142 @@
+#pragma once
+// The tree of paths (docs/contract.md, "Nested resources"): what a store
+// keeps per fenced path besides the keys' tokens, and the rule that decides
+// a write over it. Engine-neutral and pure: an engine reads the records a
+// write needs (TreeReads), calls DecideTree, and writes what it returns in
+// the same atomic write as the keys; RocksDbStore, EtcdStore and MemoryStore
+// all decide through this one function.
+//
+// Paths are canonical (fence/canonical_path.h): "/" or "/a/b", no trailing
+// slash. A node is kept for every path a tree write targeted and for every
+// ancestor of one; an ancestor's node sums up what lies below it, so that a
+// decision reads the nodes on the targets' paths to the root and never
+// scans a subtree.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "storage/status.h"
+
+namespace fencegate::storage {
+
+// How a target's route orders tokens of different keys.
+enum class Nesting : uint8_t {
+  kPerKey,     // never compared: a subtree write over other keys is refused
+  kShared,     // one counter for the route: compared along the tree
+  kUncovered,  // no route covers the target: refused over anything fenced
+};
+
+// One path a write changes: its own path, or a COPY/MOVE's Destination.
+struct TreeTarget {
+  std::string path;     // canonical
+  std::string key;      // the key the target is fenced under; "" when kUncovered
+  bool subtree = false; // the write may change every path below `path` too
+  Nesting nesting = Nesting::kPerKey;
+};
+
+// A tree write: the keys its routes fence it under (distinct), all with the
+// token (as TokenStore::AdvanceAll), and its targets (one; two for COPY and
+// MOVE). A write with only kUncovered targets has no keys.
+struct TreeWrite {
+  std::vector<std::string> keys;
+  uint64_t token = 0;
+  std::vector<TreeTarget> targets;
+  // An administrative raise (import, and entering an existing store's paths
+  // into the tree): never refused, never lowers anything; the keys and the
+  // targets' nodes take at least `token`, as an accepted write would leave
+  // them.
+  bool raise = false;
+};
+
+// What a store keeps for one path.
+struct TreeNode {
+  // Distinct keys fenced strictly below the path, each with one path that
+  // is, up to kBelowKeys of them; `more_keys` once there were more.
+  struct Below {
+    std::string key;
+    std::string path;
+    bool operator==(const Below&) const = default;
+  };
+  static constexpr size_t kBelowKeys = 4;
+
+  bool fenced = false;     // a write targeted this path itself
+  std::string key;         // the key of the last such write
+  uint64_t token = 0;      // the highest token of those writes
+  bool subtree_written = false;  // one of those was a subtree write
+  uint64_t subtree = 0;    // the highest token of those that were subtree writes
+  uint64_t below = 0;      // the highest token accepted strictly below
+  std::string below_path;  // a path strictly below that holds `below`
+  std::vector<Below> below_keys;
+  bool more_keys = false;
+
+  bool operator==(const TreeNode&) const = default;
+};
+
+// Deepest path a tree write may target, in segments: deciding one reads a
+// node per segment, and a COPY or MOVE over two such paths with every node
+// new still fits one etcd transaction (its default --max-txn-ops, 128).
+inline constexpr size_t kMaxTreeDepth = 60;
+// Longest path a tree write may target (a request head is at most
+// limits.max_header_bytes, 16 KiB by default, anyway).
+inline constexpr size_t kMaxTreePathBytes = 16384;
+
+// The record of a node, as every engine stores it (a versioned binary
+// form); false when `in` is not one.
+std::string EncodeTreeNode(const TreeNode& node);
+bool DecodeTreeNode(std::string_view in, TreeNode* node);
+
+// The strict ancestors of a canonical path, root first: "/a/b" -> "/", "/a".
+std::vector<std::string_view> TreeAncestors(std::string_view path);
+// Segments of a canonical path: "/" 0, "/a/b" 2.
+size_t TreeDepth(std::string_view path);
+
+// The records DecideTree reads: the keys' stored tokens (nullopt: never
+// stored) and the nodes of every target and ancestor (nullopt: none). The
+// engine fills them before the call, as of the writes decided before this
+// one.
+struct TreeReads {
+  std::vector<std::optional<uint64_t>> keys;  // per TreeWrite::keys item
+  // Per path of TreeNodePaths(write), in that order.
+  std::vector<std::optional<TreeNode>> nodes;
+};
+
+// The paths whose nodes a write needs, each once: every target's ancestors
+// and the target itself.
+std::vector<std::string> TreeNodePaths(const TreeWrite& write);
+
+struct TreeVerdict {
+  enum class Kind {
+    kAccepted,
+    kStaleKey,    // a key's stored token is above the write's (`stale` names it)
+    kStaleTree,   // shared: a write that changed the target has a higher token
+    kNestedKeys,  // a subtree write over paths that no token of its orders
+  };
+  Kind kind = Kind::kAccepted;
+  std::vector<uint64_t> current;  // per key: the stored token after the decision
+  size_t stale = SIZE_MAX;        // kStaleKey: index of the first stale key
+  std::string path;     // kStaleTree: the path whose token refused it; kNestedKeys: a fenced
+                        // path at or below the target, under another key
+  std::string key;      // kNestedKeys: that path's key ("" when the path's own key is unknown)
+  uint64_t tree_token = 0;  // kStaleTree: the token that refused it
+  std::string target;   // kStaleTree, kNestedKeys: the target refused
+};
+
+// What an accepted write changes: the keys' new tokens (only those that
+// rise) and the nodes that change, by path, whole.
+struct TreeChanges {
+  std::vector<std::pair<std::string, uint64_t>> keys;
+  std::vector<std::pair<std::string, TreeNode>> nodes;
+};
+
+// The rule of docs/contract.md, "Nested resources", for one write, against
+// `reads`. Accepted: fills *changes (empty otherwise). InvalidArgument for a
+// write that is not well formed (no target, a path that is not canonical or
+// deeper than kMaxTreeDepth, reads of the wrong size).
+Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* verdict,
+                  TreeChanges* changes);
+
+}  // namespace fencegate::storage
