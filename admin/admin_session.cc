@@ -11,6 +11,8 @@
 
 #include "admin/admin_request.h"
 #include "admin/idempotency_answer.h"
+#include "admin/path_answer.h"
+#include "fence/canonical_path.h"
 #include "net/head_limit.h"
 
 namespace fencegate::proxy {
@@ -22,6 +24,7 @@ using nlohmann::json;
 
 namespace {
 constexpr std::string_view kIdempotencyPath = "/v1/idempotency";
+constexpr std::string_view kPathsPrefix = "/v1/paths/";
 constexpr size_t kMaxAdminBody = size_t{64} * 1024;
 constexpr size_t kHeadReadSize = size_t{64} * 1024;  // the most a head read asks for
 // The Prometheus text exposition format, version 0.0.4.
@@ -131,6 +134,7 @@ void AdminSession::Handle() {
   if (target.substr(0, kIdempotencyPrefix.size()) == kIdempotencyPrefix) {
     return HandleIdempotencyRecord();
   }
+  if (target.starts_with(kPathsPrefix)) return HandlePath();
   if (ParseAdminKeyTarget(target, &key, &fence)) {
     // Refused here, with what is wrong: the store would answer it as a
     // failure (503).
@@ -327,6 +331,37 @@ void AdminSession::HandleIdempotencyRecord() {
         json body = IdempotencyRecordJson(route, key, scoped, *record);
         SendFromStore(std::move(self), MakeJson(http::status::ok, body));
       });
+}
+
+void AdminSession::HandlePath() {
+  const auto& req = parser_->get();
+  if (req.method() != http::verb::get) {
+    return Send(MakeError(http::status::method_not_allowed, "method_not_allowed", "use GET"));
+  }
+  // "/v1/paths/objects/d" is the path "/objects/d", spelt as requests spell
+  // it and made canonical as theirs are.
+  const std::string_view rest = req.target().substr(kPathsPrefix.size() - 1);
+  CanonicalTarget canon;
+  if (PathError e = CanonicalizeTarget(rest, &canon); e != PathError::kNone || canon.has_query) {
+    return Send(MakeError(http::status::bad_request, "bad_path",
+                          e != PathError::kNone ? PathErrorMessage(e)
+                                                : "the target must be /v1/paths{path}, no query"));
+  }
+  auto work = asio::prefer(stream_.get_executor(), asio::execution::outstanding_work.tracked);
+  ReadPathNodes(*ctx_.store, canon.path,
+                [self = shared_from_this(), path = canon.path, work](
+                    const storage::Status& st, const PathNodes& nodes) mutable {
+                  if (!st.ok()) return SendFromStore(std::move(self), MakeStoreError(st));
+                  std::optional<json> body = PathJson(path, nodes);
+                  if (!body) {
+                    return SendFromStore(
+                        std::move(self),
+                        MakeError(http::status::not_found, "not_found",
+                                  "nothing in the tree of paths bears on this path",
+                                  {{"path", path}}));
+                  }
+                  SendFromStore(std::move(self), MakeJson(http::status::ok, *body));
+                });
 }
 
 void AdminSession::HandleMetrics() {

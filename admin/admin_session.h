@@ -94,6 +94,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   void HandleFaults();
   void HandleIdempotencyCounters();
   void HandleIdempotencyRecord();
+  // GET /v1/paths{path}: the tree of paths at one path (path_answer.h).
+  void HandlePath();
   void HandleReady();
   void HandleMetrics();
   void HandleReload();

@@ -92,6 +92,20 @@ nlohmann::json ExplainRoute(const config::Config& config, const Router& router,
   nlohmann::json keys = nlohmann::json::array();
   if (!intent.key.empty()) keys.push_back(intent.key);
   for (const std::string& k : intent.extra_keys) keys.push_back(k);
+  // The tree of paths: each target, whether it is a subtree target, and the
+  // nesting mode it is decided under (docs/contract.md, "Nested resources").
+  if (!intent.targets.empty()) {
+    nlohmann::json targets = nlohmann::json::array();
+    for (const storage::TreeTarget& t : intent.targets) {
+      targets.push_back({{"path", t.path},
+                         {"subtree", t.subtree},
+                         {"nesting", t.nesting == storage::Nesting::kShared   ? "shared"
+                                     : t.nesting == storage::Nesting::kPerKey ? "per_key"
+                                                                              : "uncovered"},
+                         {"key", t.key.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.key)}});
+    }
+    out["tree"] = std::move(targets);
+  }
 
   switch (intent.kind) {
     case WriteIntent::Kind::kFence:
@@ -160,6 +174,17 @@ std::string FormatExplanation(const nlohmann::json& e) {
       first = false;
     }
   }
+  if (e.contains("tree")) {
+    bool first = true;
+    for (const auto& t : e["tree"]) {
+      const std::string nesting = t["nesting"];
+      std::string what = t["path"].get<std::string>() +
+                         (t["subtree"].get<bool>() ? " (subtree write" : " (this path only");
+      what += nesting == "uncovered" ? ", outside every route)" : ", nesting " + nesting + ")";
+      line(first ? "tree:           " : "                ", what);
+      first = false;
+    }
+  }
   if (e.contains("idempotency")) {
     const auto& idem = e["idempotency"];
     line("idempotency:    ",
@@ -167,7 +192,9 @@ std::string FormatExplanation(const nlohmann::json& e) {
              ": runs once; a repeat within " + WindowText(idem["window_ms"].get<int64_t>()) +
              " gets the first response");
   }
-  if (verdict == "fenced") {
+  if (verdict == "fenced" && e.contains("keys") && e["keys"].empty()) {
+    line("verdict:        ", "decided by the tree of paths, with no token");
+  } else if (verdict == "fenced") {
     line("verdict:        ", e["token"].is_null()
                                  ? std::string("fenced: a write without a token gets 428")
                                  : "fenced with token " + std::to_string(e["token"].get<uint64_t>()));

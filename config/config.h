@@ -98,6 +98,29 @@ struct FencingConfig {
 enum class RouteMode { kEnforce, kShadow, kOff };
 std::string_view ToString(RouteMode mode);  // "enforce" | "shadow" | "off"
 
+// The methods of the IANA HTTP Method Registry, upper-case: the methods
+// fencegate knows.
+inline constexpr std::string_view kKnownMethods[] = {
+    "ACL",        "BASELINE-CONTROL", "BIND",     "CHECKIN",      "CHECKOUT",    "CONNECT",
+    "COPY",       "DELETE",           "GET",      "HEAD",         "LABEL",       "LINK",
+    "LOCK",       "MERGE",            "MKACTIVITY", "MKCALENDAR", "MKCOL",       "MKREDIRECTREF",
+    "MKWORKSPACE", "MOVE",            "OPTIONS",  "ORDERPATCH",   "PATCH",       "POST",
+    "PRI",        "PROPFIND",         "PROPPATCH", "PUT",         "QUERY",       "REBIND",
+    "REPORT",     "SEARCH",           "TRACE",    "UNBIND",       "UNCHECKOUT",  "UNLINK",
+    "UNLOCK",     "UPDATE",           "UPDATEREDIRECTREF", "VERSION-CONTROL",
+};
+
+// A route's `nesting:` (docs/contract.md, "Nested resources"): how its
+// tokens order writes over the tree of paths.
+enum class RouteNesting { kPerKey, kShared, kOff };
+std::string_view ToString(RouteNesting nesting);  // "per_key" | "shared" | "off"
+
+// The methods whose write may change every path below its own, when a
+// route does not list its own `subtree_methods:` (and outside every route).
+// A method fencegate does not know (not in the IANA registry) is one too.
+inline constexpr std::string_view kDefaultSubtreeMethods[] = {"DELETE", "COPY", "MOVE", "PUT",
+                                                              "LOCK"};
+
 // A route's `idempotency:` mapping (docs/contract.md, "Idempotency keys").
 enum class IdempotencyConcurrency { kConflict, kWait };
 std::string_view ToString(IdempotencyConcurrency concurrent);  // "conflict" | "wait"
@@ -132,6 +155,10 @@ struct RouteConfig {
   bool keep_path_params = false;
   bool case_insensitive = false;  // keys made from the lower-cased path
   std::optional<IdempotencyConfig> idempotency;  // nullopt = off (the default)
+  RouteNesting nesting = RouteNesting::kPerKey;
+  // Upper-case; nullopt = kDefaultSubtreeMethods. Methods fencegate does
+  // not know are subtree writes whatever the list says.
+  std::optional<std::vector<std::string>> subtree_methods;
   int line = 0;              // line of the route in the file, for messages
 
   bool operator==(const RouteConfig&) const = default;

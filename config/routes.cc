@@ -60,20 +60,9 @@ constexpr std::string_view kMethodsExpected =
     "a non-empty list of distinct HTTP methods such as [PUT, POST, PATCH, DELETE] (leave it "
     "out to fence every method but GET, HEAD, OPTIONS and TRACE)";
 
-// The methods of the IANA HTTP Method Registry. A listed method that is not
-// one of them but one edit away from one ("PUTT", "DELTE", "PSOT") is
-// refused as a likely typo: a misspelt method would silently leave the
-// real one unfenced.
-constexpr std::string_view kKnownMethods[] = {
-    "ACL",        "BASELINE-CONTROL", "BIND",     "CHECKIN",      "CHECKOUT",    "CONNECT",
-    "COPY",       "DELETE",           "GET",      "HEAD",         "LABEL",       "LINK",
-    "LOCK",       "MERGE",            "MKACTIVITY", "MKCALENDAR", "MKCOL",       "MKREDIRECTREF",
-    "MKWORKSPACE", "MOVE",            "OPTIONS",  "ORDERPATCH",   "PATCH",       "POST",
-    "PRI",        "PROPFIND",         "PROPPATCH", "PUT",         "QUERY",       "REBIND",
-    "REPORT",     "SEARCH",           "TRACE",    "UNBIND",       "UNCHECKOUT",  "UNLINK",
-    "UNLOCK",     "UPDATE",           "UPDATEREDIRECTREF", "VERSION-CONTROL",
-};
-
+// A listed method that is not in the IANA registry (kKnownMethods) but one
+// edit away from one ("PUTT", "DELTE", "PSOT") is refused as a likely typo:
+// a misspelt method would silently leave the real one unfenced.
 // The known method `method` is likely a typo of, or "".
 std::string_view TypoOf(std::string_view method) {
   if (std::find(std::begin(kKnownMethods), std::end(kKnownMethods), method) !=
@@ -95,13 +84,28 @@ bool HasControl(std::string_view text) {
   });
 }
 
-bool ReadMethods(YamlReader& r, const Field& f, std::vector<std::string>* out) {
+constexpr std::string_view kSubtreeMethodsExpected =
+    "a list of the methods whose write may change every path below its own, such as "
+    "[DELETE, COPY, MOVE, PUT, LOCK] (the default; for COPY only its Destination), in which "
+    "any other method changes its own path only, except a method fencegate does not know, "
+    "which is always a subtree write; [] for none";
+
+bool IsSafe(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE";
+}
+
+// `methods:` (expected = kMethodsExpected, at least one) or
+// `subtree_methods:` (kSubtreeMethodsExpected: may be empty, no method that
+// does not write).
+bool ReadMethods(YamlReader& r, const Field& f, std::vector<std::string>* out,
+                 std::string_view expected = kMethodsExpected) {
+  const bool subtree = expected == kSubtreeMethodsExpected;
   std::vector<std::string> methods;
-  bool ok = r.Sequence(f, kMethodsExpected, [&](const Field& item) {
+  bool ok = r.Sequence(f, expected, [&](const Field& item) {
     std::string method;
-    if (!r.NonEmptyString(item, kMethodsExpected, &method)) return false;
+    if (!r.NonEmptyString(item, expected, &method)) return false;
     if (!IsHttpToken(method)) {
-      return r.Fail(item, "'" + method + "' is not a method name", kMethodsExpected);
+      return r.Fail(item, "'" + method + "' is not a method name", expected);
     }
     std::transform(method.begin(), method.end(), method.begin(),
                    [](char c) { return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c; });
@@ -109,16 +113,19 @@ bool ReadMethods(YamlReader& r, const Field& f, std::vector<std::string>* out) {
       return r.Fail(item,
                     "'" + method + "' is not a known HTTP method; did you mean " +
                         std::string(known) + "?",
-                    kMethodsExpected);
+                    expected);
     }
     if (std::find(methods.begin(), methods.end(), method) != methods.end()) {
-      return r.Fail(item, "'" + method + "' is listed twice", kMethodsExpected);
+      return r.Fail(item, "'" + method + "' is listed twice", expected);
+    }
+    if (subtree && IsSafe(method)) {
+      return r.Fail(item, "'" + method + "' does not write", expected);
     }
     methods.push_back(std::move(method));
     return true;
   });
   if (!ok) return false;
-  if (methods.empty()) return r.Fail(f, "is an empty list", kMethodsExpected);
+  if (methods.empty() && !subtree) return r.Fail(f, "is an empty list", expected);
   *out = std::move(methods);
   return true;
 }
@@ -194,6 +201,17 @@ bool ReadRoute(YamlReader& r, const Field& f, size_t index, RouteConfig* route, 
          return true;
        }},
       {"case_insensitive", [&](const Field& v) { return r.Bool(v, &route->case_insensitive); }},
+      {"nesting", [&](const Field& v) {
+         std::string nesting;
+         if (!r.Choice(v, {"per_key", "shared", "off"}, &nesting)) return false;
+         route->nesting = nesting == "per_key" ? RouteNesting::kPerKey
+                          : nesting == "shared" ? RouteNesting::kShared
+                                                : RouteNesting::kOff;
+         return true;
+       }},
+      {"subtree_methods", [&](const Field& v) {
+         return ReadMethods(r, v, &route->subtree_methods.emplace(), kSubtreeMethodsExpected);
+       }},
       {"idempotency", [&](const Field& v) {
          return ReadIdempotency(r, v, &route->idempotency, &scope_field);
        }},

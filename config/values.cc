@@ -97,6 +97,18 @@ std::string_view ToString(RouteMode mode) {
   return "?";
 }
 
+std::string_view ToString(RouteNesting nesting) {
+  switch (nesting) {
+    case RouteNesting::kPerKey:
+      return "per_key";
+    case RouteNesting::kShared:
+      return "shared";
+    case RouteNesting::kOff:
+      return "off";
+  }
+  return "?";
+}
+
 std::string_view ToString(IdempotencyConcurrency concurrent) {
   switch (concurrent) {
     case IdempotencyConcurrency::kConflict:

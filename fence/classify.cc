@@ -162,6 +162,54 @@ void ReadHead(std::string_view method, std::string_view token_header,
   }
 }
 
+// How a target takes part in the tree: a route's (per_key or shared), none
+// (a flat route, a route off, or a write outside every route that cannot
+// reach a fenced path), or uncovered.
+struct TreePart {
+  bool in_tree = false;
+  storage::Nesting nesting = storage::Nesting::kPerKey;
+  bool subtree = false;
+  std::string path;  // as the tree keeps it (folded where matched so)
+};
+
+// `destination`: the target is a COPY's or MOVE's Destination (which only
+// those two methods write); otherwise the request's own path, which a COPY
+// leaves as it was (its Destination is the subtree target).
+TreePart TreePartOf(const Router& router, const RouteMatch& match, std::string_view path,
+                    std::span<const std::string_view> methods, bool destination) {
+  TreePart part;
+  const Route* route = match.route;
+  auto subtree = [&](std::string_view m) {
+    const bool copy = EqualsIgnoringCase(m, "COPY");
+    const bool move = EqualsIgnoringCase(m, "MOVE");
+    // A Destination is written by COPY and MOVE only; COPY leaves its
+    // source as it was.
+    if (destination ? !(copy || move) : copy) return false;
+    return route != nullptr ? route->Subtree(m)
+                            : IsSubtreeMethod(router.default_subtree_methods(), m);
+  };
+  part.subtree = std::any_of(methods.begin(), methods.end(),
+                             [&](std::string_view m) { return !IsSafeMethod(m) && subtree(m); });
+  if (route != nullptr) {
+    if (!match.fenced || route->nesting == config::RouteNesting::kOff) return part;
+    part.in_tree = true;
+    part.nesting = route->nesting == config::RouteNesting::kShared ? storage::Nesting::kShared
+                                                                   : storage::Nesting::kPerKey;
+    part.path = std::string(match.KeyPath(path));
+    return part;
+  }
+  if (!part.subtree || !router.TreeMayHoldBelow(path)) return part;
+  part.in_tree = true;
+  part.nesting = storage::Nesting::kUncovered;
+  part.path = std::string(path);
+  if (router.fold_uncovered()) {
+    for (char& c : part.path) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+  }
+  return part;
+}
+
 bool AnyCopyOrMove(std::span<const std::string_view> methods) {
   return std::any_of(methods.begin(), methods.end(), [](std::string_view m) {
     return EqualsIgnoringCase(m, "COPY") || EqualsIgnoringCase(m, "MOVE");
@@ -233,6 +281,7 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     intent.reply = MakeError(http::status::bad_request, code, message, extra);
     intent.key.clear();
     intent.extra_keys.clear();
+    intent.targets.clear();
   };
 
   HeadFacts facts;
@@ -276,8 +325,42 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
   }
   const bool source_fenced = match.route != nullptr && match.fenced;
   const bool dest_fenced = dest_match.route != nullptr && dest_match.fenced;
+  // The tree: what each target is in it (docs/contract.md, "Nested
+  // resources"); its keys are added once they are known.
+  TreePart source_part;
+  TreePart dest_part;
+  if (may_write) {
+    source_part = TreePartOf(router, match, canonical_path, methods, /*destination=*/false);
+    if (intent.destination) {
+      dest_part = TreePartOf(router, dest_match, dest_path, methods, /*destination=*/true);
+    }
+    for (const TreePart* part : {&source_part, &dest_part}) {
+      if (part->in_tree && storage::TreeDepth(part->path) > storage::kMaxTreeDepth) {
+        return reject("bad_path", std::string(part == &source_part ? "the path" : "the Destination") +
+                                      " has more than " + std::to_string(storage::kMaxTreeDepth) +
+                                      " segments");
+      }
+    }
+    if (source_part.in_tree && dest_part.in_tree && source_part.path == dest_part.path) {
+      // A COPY or MOVE onto itself: one target, a subtree one if either is.
+      source_part.subtree = source_part.subtree || dest_part.subtree;
+      dest_part.in_tree = false;
+    }
+  }
+  auto add_target = [&intent](TreePart& part, const std::string& key) {
+    if (!part.in_tree) return;
+    intent.targets.push_back(storage::TreeTarget{std::move(part.path), key, part.subtree,
+                                                 part.nesting});
+  };
   if (!source_fenced && !dest_fenced) {
     intent.outcome = "forwarded";
+    if (source_part.in_tree || dest_part.in_tree) {
+      // Outside every route, over paths a route may have fenced: the store
+      // decides it, with no key and no token.
+      add_target(source_part, {});
+      add_target(dest_part, {});
+      intent.kind = WriteIntent::Kind::kFence;
+    }
     return;
   }
   if (!source_fenced) intent.route = dest_match.route;
@@ -319,11 +402,19 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     return false;
   };
   if (source_fenced && !expand(match, canonical_path, &intent.key)) return;
+  std::string dest_key;
   if (dest_fenced) {
-    std::string dest_key;
-    if (!expand(dest_match, dest_path, source_fenced ? &dest_key : &intent.key)) return;
-    if (source_fenced && dest_key != intent.key) intent.extra_keys.push_back(std::move(dest_key));
+    if (!expand(dest_match, dest_path, &dest_key)) return;
+    if (!source_fenced) {
+      intent.key = dest_key;
+    } else if (dest_key != intent.key) {
+      intent.extra_keys.push_back(dest_key);
+    }
   }
+  add_target(source_part, source_part.nesting == storage::Nesting::kUncovered ? std::string()
+                                                                              : intent.key);
+  add_target(dest_part, dest_part.nesting == storage::Nesting::kUncovered ? std::string()
+                                                                          : dest_key);
 
   // The token (its values were read with the head's other fields).
   TokenParse token = ParseTokenHeaders(std::span(facts.tokens.data(), facts.n_tokens));
@@ -349,6 +440,7 @@ void Classify(const FenceSettings& settings, const Router& router, std::string_v
     intent.kind = WriteIntent::Kind::kPassThrough;
     intent.outcome = "forwarded";
     intent.reply.reset();
+    intent.targets.clear();
     return;
   }
   intent.kind = WriteIntent::Kind::kReject;

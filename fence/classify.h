@@ -15,6 +15,7 @@
 #include "fence/idempotency_key.h"
 #include "fence/router.h"
 #include "net/replies.h"
+#include "storage/tree.h"
 
 namespace fencegate::proxy {
 
@@ -40,6 +41,13 @@ struct WriteIntent {  // NOLINT(bugprone-exception-escape)
   // A COPY or MOVE with a Destination: the header as the backend receives
   // it (canonical spelling); nullopt when the request has none to rewrite.
   std::optional<CanonicalDestination> destination;
+  // The write's targets in the tree of paths (docs/contract.md, "Nested
+  // resources"): its path and a COPY's or MOVE's Destination, where a route
+  // puts them in the tree, or no route covers a subtree write that may
+  // reach into it. Empty for a write the tree does not concern (and for
+  // every read). With targets, a kFence is decided by AdvanceTree; one with
+  // only uncovered targets has no key and no token.
+  std::vector<storage::TreeTarget> targets;
   bool shadow = false;           // route mode is shadow: never refuse
   // A write on a route with `idempotency:` that carries a key (valid, and
   // sent once): the record it names. Independent of the fence: set in

@@ -53,6 +53,13 @@ struct PendingFence {
     size_t stale = 0;                // index of the refused key
   };
   std::unique_ptr<SeveralKeys> several;  // null for one key
+  // A write over the tree of paths (CheckTree): its verdict (guarded as
+  // `fence` is) and targets, for the reply of a refusal. Null otherwise.
+  struct Tree {
+    std::vector<storage::TreeTarget> targets;  // set before the store call, then read only
+    storage::TreeVerdict verdict;
+  };
+  std::unique_ptr<Tree> tree;
   // Check's relay: written, without mu, on the thread that hands the key on,
   // before the turn is posted; read by Deliver, which runs after that turn.
   std::optional<HandedConnection> handed;
@@ -94,6 +101,8 @@ struct PendingFence {
     if (!status.ok()) {
       v.outcome = "store_unavailable";
       v.reply = MakeStoreError(status);
+    } else if (!fence.accepted && tree) {
+      TreeRefusal(v);
     } else if (!fence.accepted) {
       v.outcome = "stale";
       v.reply = MakeStale(KeyAt(several ? several->stale : 0), token, fence.current);
@@ -125,6 +134,31 @@ struct PendingFence {
     if (!v.forward) v.lease.Release();  // nothing will be forwarded
     FenceFilter::Handler h = std::move(handler);
     h(std::move(v));
+  }
+
+  // The reply of a write the tree refused (Deliver).
+  void TreeRefusal(FenceVerdict& v) const {
+    const storage::TreeVerdict& t = tree->verdict;
+    const auto target = std::find_if(tree->targets.begin(), tree->targets.end(),
+                                     [&t](const storage::TreeTarget& x) { return x.path == t.target; });
+    const bool covered = target != tree->targets.end() &&
+                         target->nesting != storage::Nesting::kUncovered;
+    switch (t.kind) {
+      case storage::TreeVerdict::Kind::kNestedKeys:
+        v.outcome = "nested_keys";
+        v.reply = MakeNestedKeys(t.target, t.path, t.key, covered);
+        return;
+      case storage::TreeVerdict::Kind::kStaleTree:
+        v.outcome = "stale";
+        v.current = t.tree_token;
+        v.reply = MakeStaleTree(covered ? target->key : key, t.target, t.path, token, t.tree_token);
+        return;
+      case storage::TreeVerdict::Kind::kStaleKey:
+      case storage::TreeVerdict::Kind::kAccepted:  // not refused: never here
+        break;
+    }
+    v.outcome = "stale";
+    v.reply = MakeStale(KeyAt(several->stale), token, fence.current);
   }
 
   Reply MakeExpired(FenceFilter::Clock::duration waited) const {
@@ -191,6 +225,7 @@ auto OnTurnOf(std::shared_ptr<PendingFence> pending) {
 
 void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor executor,
                         Handler handler, std::string_view whole_request) {
+  if (!intent.targets.empty()) return CheckTree(intent, std::move(executor), std::move(handler));
   if (!intent.extra_keys.empty()) {
     return CheckSeveral(intent, std::move(executor), std::move(handler));
   }
@@ -320,6 +355,89 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
   };
   queue_.AcquireAll(intent.key, extra_keys, p->executor, std::move(on_turn),
                     /*bounded=*/!intent.shadow, [&advance] { advance(); });
+}
+
+void FenceFilter::CheckTree(const WriteIntent& intent, boost::asio::any_io_executor executor,
+                            Handler handler) {
+  auto p = std::make_shared<PendingFence>(
+      *this, intent,
+      boost::asio::prefer(executor, boost::asio::execution::outstanding_work.tracked),
+      std::move(handler));
+  p->several = std::make_unique<PendingFence::SeveralKeys>();
+  p->tree = std::make_unique<PendingFence::Tree>();
+  p->tree->targets = intent.targets;
+  // The keys, each once; `key` is the first (none for a write outside
+  // every route).
+  storage::TreeWrite write;
+  write.token = intent.token;
+  write.targets = intent.targets;
+  if (!intent.key.empty()) write.keys.push_back(intent.key);
+  for (const std::string& extra : intent.extra_keys) {
+    if (std::find(write.keys.begin(), write.keys.end(), extra) == write.keys.end()) {
+      write.keys.push_back(extra);
+    }
+  }
+  for (size_t i = 1; i < write.keys.size(); ++i) p->several->extra_keys.push_back(write.keys[i]);
+
+  // The queue: the keys first (KeyAt and the floors index them so), then
+  // the nodes, each once with the strongest hold asked of it.
+  std::vector<std::string> names(write.keys);
+  std::vector<Hold> holds(names.size(), Hold::kExclusive);
+  auto hold_node = [&](std::string_view path, Hold hold) {
+    std::string name = TreeQueueName(path);
+    auto it = std::find(names.begin() + static_cast<std::ptrdiff_t>(write.keys.size()),
+                        names.end(), name);
+    if (it == names.end()) {
+      names.push_back(std::move(name));
+      holds.push_back(hold);
+      return;
+    }
+    Hold& had = holds[static_cast<size_t>(it - names.begin())];
+    had = std::min(had, hold);  // kExclusive < kOwn < kShared
+  };
+  for (const storage::TreeTarget& t : intent.targets) {
+    for (std::string_view a : storage::TreeAncestors(t.path)) hold_node(a, Hold::kShared);
+    hold_node(t.path, t.subtree ? Hold::kExclusive : Hold::kOwn);
+  }
+
+  auto on_answer = [raw = p.get()](const storage::Status& status, storage::TreeVerdict verdict) {
+    std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
+    p->filter.RecordAdvance(std::chrono::steady_clock::now() - p->advance_started);
+    {
+      std::lock_guard lock(p->mu);
+      p->status = status;
+      if (status.ok()) {
+        using Kind = storage::TreeVerdict::Kind;
+        PendingFence::SeveralKeys& several = *p->several;
+        p->fence.accepted = verdict.kind == Kind::kAccepted;
+        several.stale = verdict.kind == Kind::kStaleKey ? verdict.stale : 0;
+        p->fence.current = verdict.kind == Kind::kStaleKey   ? verdict.current[verdict.stale]
+                           : verdict.kind == Kind::kStaleTree ? verdict.tree_token
+                           : verdict.current.empty()          ? 0
+                                                              : verdict.current.front();
+        several.currents = verdict.current;
+        p->tree->verdict = std::move(verdict);
+      }
+      p->answered = true;
+      if (!p->lease.held() && !p->RefusedLocked()) return;  // the turns come later
+      p->delivered = true;
+    }
+    boost::asio::post(p->executor, [p] { p->Deliver(); });
+  };
+  auto on_turn = OnTurnOf(p);
+  auto advance = [this, &write, &on_answer, &p] {
+    p->until_answered = p;
+    p->advance_started = std::chrono::steady_clock::now();
+    store_.AdvanceTree(std::move(write), on_answer);
+  };
+  queue_.AcquireAll(names.front(), std::span(names).subspan(1), holds, p->executor,
+                    std::move(on_turn), /*bounded=*/!intent.shadow, [&advance] { advance(); });
+}
+
+std::string TreeQueueName(std::string_view path) {
+  std::string name("\0p", 2);
+  name.append(path);
+  return name;
 }
 
 size_t FenceFilter::max_waiting_per_key() const { return queue_.max_waiting_per_key(); }

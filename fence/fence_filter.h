@@ -41,6 +41,10 @@ struct FenceVerdict {
   std::optional<HandedConnection> handed;
 };
 
+// The name under which a path's node of the tree waits in the KeyQueue: no
+// key can be spelt so (a key begins with no NUL byte, token_store.h).
+std::string TreeQueueName(std::string_view path);
+
 class FenceFilter {
  public:
   using Handler = std::function<void(FenceVerdict)>;
@@ -78,6 +82,15 @@ class FenceFilter {
   // key and the write has the turn on every key; refused whole otherwise
   // (409 names the first stale key and its current value).
   //
+  // With `intent.targets` (the tree of paths, docs/contract.md, "Nested
+  // resources"): one AdvanceTree of the write's keys and targets, and its
+  // place at once in the queues of its keys and of the tree's nodes
+  // (TreeQueueName): each target's held kExclusive for a subtree write and
+  // kOwn otherwise, each ancestor's kShared; forwarded only when accepted
+  // and it has every turn. A refusal is 409 stale_token (a key's, or the
+  // tree's under nesting: shared, naming the path) or 409 nested_keys
+  // (outcome "nested_keys").
+  //
   // `whole_request`, when not empty, is the write's whole upstream request,
   // which must stay unchanged until `handler` runs. A thread that hands the
   // key on to this write from another thread (KeyLease::HandOn with a
@@ -105,6 +118,9 @@ class FenceFilter {
   // Check for a write with extra keys.
   void CheckSeveral(const WriteIntent& intent, boost::asio::any_io_executor executor,
                     Handler handler);
+  // Check for a write over the tree of paths.
+  void CheckTree(const WriteIntent& intent, boost::asio::any_io_executor executor,
+                 Handler handler);
 
   storage::TokenStore& store_;
   KeyQueue& queue_;

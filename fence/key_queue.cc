@@ -17,6 +17,7 @@ KeyLease::KeyLease(KeyLease&& other) noexcept
       key_(std::exchange(other.key_, nullptr)),
       hash_(other.hash_),
       waited_(other.waited_),
+      hold_(other.hold_),
       floor_(other.floor_),
       more_(std::exchange(other.more_, nullptr)) {}
 
@@ -28,6 +29,7 @@ KeyLease& KeyLease::operator=(KeyLease&& other) noexcept {
     key_ = std::exchange(other.key_, nullptr);
     hash_ = other.hash_;
     waited_ = other.waited_;
+    hold_ = other.hold_;
     floor_ = other.floor_;
     more_ = std::exchange(other.more_, nullptr);  // this one's went with Release()
   }
@@ -40,7 +42,7 @@ void KeyLease::ReleaseHeld() {
     std::unique_ptr<std::vector<KeyLease>> more(std::exchange(more_, nullptr));
     for (KeyLease& lease : *more) lease.Release();
   }
-  std::exchange(queue_, nullptr)->Release(*key_, hash_, /*dispatch=*/false);
+  std::exchange(queue_, nullptr)->Release(*key_, hash_, hold_, /*dispatch=*/false);
 }
 
 void KeyLease::HandOn(Courier* courier) {
@@ -48,7 +50,9 @@ void KeyLease::HandOn(Courier* courier) {
     std::unique_ptr<std::vector<KeyLease>> more(std::exchange(more_, nullptr));
     for (KeyLease& lease : *more) lease.HandOn(courier);
   }
-  if (KeyQueue* q = std::exchange(queue_, nullptr)) q->Release(*key_, hash_, /*dispatch=*/true, courier);
+  if (KeyQueue* q = std::exchange(queue_, nullptr)) {
+    q->Release(*key_, hash_, hold_, /*dispatch=*/true, courier);
+  }
 }
 
 // An AcquireAll caller until its turn came on every key.
@@ -121,8 +125,12 @@ void KeyQueue::Acquire(const std::string& key, boost::asio::any_io_executor exec
   });
 }
 
-void KeyQueue::Release(const std::string& key, size_t hash, bool dispatch, Courier* courier) {
-  Waiter next;
+void KeyQueue::Release(const std::string& key, size_t hash, Hold hold, bool dispatch,
+                       Courier* courier) {
+  // Whom the release lets in: the waiters at the front of the queue, in
+  // order, as long as each is granted beside the holders left (one, unless
+  // entries of the tree hold it shared).
+  boost::container::small_vector<Waiter, 1> next;
   Shard& shard = ShardFor(hash);
   const std::string* stored = nullptr;
   uint64_t floor = 0;
@@ -130,44 +138,56 @@ void KeyQueue::Release(const std::string& key, size_t hash, bool dispatch, Couri
     std::lock_guard lock(shard.mu);
     auto it = shard.keys.find(HashedKey{key, hash});
     if (it == shard.keys.end()) return;  // unreachable: a lease exists only for a present key
-    auto& waiters = it->second.waiters;
-    if (waiters.empty()) {
-      Erase(shard, it);
+    Shard::Entry& entry = it->second;
+    entry.Drop(hold);
+    auto& waiters = entry.waiters;
+    size_t counted = 0;
+    while (!waiters.empty() && entry.Grants(waiters.front().hold)) {
+      entry.Take(waiters.front().hold);
+      counted += waiters.front().counted ? 1 : 0;
+      next.push_back(std::move(waiters.front()));
+      waiters.pop_front();
+    }
+    if (next.empty()) {
+      if (!entry.Held()) Erase(shard, it);
       return;
     }
-    stored = &it->first;  // the entry stays: it holds the next waiter's lease now
-    floor = it->second.floor;
-    next = std::move(waiters.front());
-    waiters.pop_front();
-    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    waiting_.fetch_sub(counted, std::memory_order_relaxed);
+    stored = &it->first;  // the entry stays: it holds the next waiters' leases now
+    floor = entry.floor;
   }
-  auto turn = [this, stored, hash, floor, h = std::move(next.handler)]() mutable {
-    h(KeyLease(this, stored, hash, /*waited=*/true, floor));
-  };
-  if (dispatch) {
+  for (Waiter& w : next) {
+    auto turn = [this, stored, hash, floor, hold = w.hold, h = std::move(w.handler)]() mutable {
+      h(KeyLease(this, stored, hash, /*waited=*/true, floor, hold));
+    };
+    if (!dispatch) {
+      boost::asio::post(w.executor, std::move(turn));
+      continue;
+    }
     // The relay first: what it sends goes before the waiter's turn is
     // posted, so the waiter's thread finds it done. Not past a floor: the
     // write may be refused at its turn, and must then not have been sent.
-    if (courier != nullptr && next.relay && floor == 0 && RunsElsewhere(next.executor)) {
+    if (courier != nullptr && w.relay && floor == 0 && RunsElsewhere(w.executor)) {
       // A relay that throws (before it acted: Relay) costs the shortcut,
       // never the waiter's turn.
       try {
-        next.relay(*courier);
+        w.relay(*courier);
       } catch (...) {  // NOLINT(bugprone-empty-catch): the turn below is what matters
       }
     }
-    return boost::asio::dispatch(next.executor, std::move(turn));
+    boost::asio::dispatch(w.executor, std::move(turn));
   }
-  boost::asio::post(next.executor, std::move(turn));
 }
 
 void KeyQueue::AcquireAll(const std::string& key, std::span<const std::string> more_keys,
-                          boost::asio::any_io_executor executor, Handler handler, bool bounded,
-                          const std::function<void()>& on_queued) {
-  if (more_keys.empty()) {
+                          std::span<const Hold> holds, boost::asio::any_io_executor executor,
+                          Handler handler, bool bounded, const std::function<void()>& on_queued) {
+  const size_t n = more_keys.size() + 1;
+  assert((holds.empty() || holds.size() == n) && "AcquireAll: one hold per key");
+  auto hold_at = [&](size_t i) { return holds.empty() ? Hold::kExclusive : holds[i]; };
+  if (more_keys.empty() && hold_at(0) == Hold::kExclusive) {
     return Acquire(key, std::move(executor), std::move(handler), bounded, on_queued);
   }
-  const size_t n = more_keys.size() + 1;
   auto key_at = [&](size_t i) -> const std::string& { return i == 0 ? key : more_keys[i - 1]; };
   boost::container::small_vector<size_t, 4> hashes(n);
   boost::container::small_vector<size_t, 4> shards;
@@ -194,6 +214,7 @@ void KeyQueue::AcquireAll(const std::string& key, std::span<const std::string> m
     // Bounded: refused whole, before any place is taken.
     if (bounded) {
       for (size_t i = 0; i < n; ++i) {
+        if (hold_at(i) == Hold::kShared) continue;
         Shard& shard = ShardFor(hashes[i]);
         auto it = shard.keys.find(HashedKey{key_at(i), hashes[i]});
         if (it != shard.keys.end() && it->second.waiters.size() >= max_waiting_per_key_) {
@@ -205,19 +226,27 @@ void KeyQueue::AcquireAll(const std::string& key, std::span<const std::string> m
     // Each key: the caller holds it now (a free key) or waits in its queue.
     // Entries by address: a later key's insert into the same shard may
     // rehash its map, which moves no entry but invalidates iterators.
+    enum class Got { kInserted, kGranted, kWaiting };
     struct Place {
       Shard::Entry* entry;
-      bool inserted;
+      Got got;
     };
     boost::container::small_vector<Place, 4> places;
     size_t missing = 0;
     for (size_t i = 0; i < n; ++i) {
       Shard& shard = ShardFor(hashes[i]);
+      const Hold hold = hold_at(i);
       auto it = shard.keys.find(HashedKey{key_at(i), hashes[i]});
-      const bool inserted = it == shard.keys.end();
-      if (inserted) {
-        it = Insert(shard, key_at(i));
-        group->leases[i] = KeyLease(this, &it->first, hashes[i], /*waited=*/false);
+      Got got = Got::kWaiting;
+      if (it == shard.keys.end()) {
+        it = Insert(shard, key_at(i), hold);
+        got = Got::kInserted;
+      } else if (it->second.waiters.empty() && it->second.Grants(hold)) {
+        it->second.Take(hold);  // beside the holders, none of them waiting
+        got = Got::kGranted;
+      }
+      if (got != Got::kWaiting) {
+        group->leases[i] = KeyLease(this, &it->first, hashes[i], /*waited=*/false, 0, hold);
       } else {
         it->second.waiters.push_back(
             Waiter{group->executor,
@@ -225,28 +254,35 @@ void KeyQueue::AcquireAll(const std::string& key, std::span<const std::string> m
                      // The turn on key i, on the caller's executor.
                      group->leases[i] = std::move(lease);
                      if (group->missing.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                       waiting_.fetch_sub(1, std::memory_order_relaxed);
                        Complete(group, /*on_executor=*/true);
                      }
                    },
-                   {}});
+                   {},
+                   hold,
+                   /*counted=*/false});
         ++missing;
       }
-      places.push_back(Place{&it->second, inserted});
+      places.push_back(Place{&it->second, got});
     }
     group->missing.store(missing, std::memory_order_relaxed);
     RunOnQueued(on_queued, [&] {
       for (size_t i = n; i-- > 0;) {
-        if (places[i].inserted) {
-          // Not released through the lease: that would take the lock again.
-          group->leases[i].queue_ = nullptr;
+        if (places[i].got == Got::kWaiting) {
+          places[i].entry->waiters.pop_back();
+          continue;
+        }
+        // Not released through the lease: that would take the lock again.
+        // Nobody queued behind this caller meanwhile (the locks are held).
+        group->leases[i].queue_ = nullptr;
+        places[i].entry->Drop(hold_at(i));
+        if (!places[i].entry->Held()) {
           Shard& shard = ShardFor(hashes[i]);
           Erase(shard, shard.keys.find(HashedKey{key_at(i), hashes[i]}));
-        } else {
-          places[i].entry->waiters.pop_back();
         }
       }
     });
-    waiting_.fetch_add(missing, std::memory_order_relaxed);
+    if (missing > 0) waiting_.fetch_add(1, std::memory_order_relaxed);
     complete = missing == 0;
   }
   // Every key was free: the caller's turn, as Acquire gives a free key's.
@@ -292,13 +328,23 @@ void KeyQueue::Fence(const std::string& key, uint64_t token,
   if (on_queued) on_queued();
 }
 
-KeyQueue::Shard::Map::iterator KeyQueue::Insert(Shard& shard, std::string_view key) {
-  if (shard.spare.empty()) return shard.keys.try_emplace(std::string(key)).first;
-  Shard::Map::node_type node = std::move(shard.spare.back());
-  shard.spare.pop_back();
-  node.key().assign(key);  // within its capacity: no allocation
-  node.mapped().floor = 0;  // the floor of the key it held went with it
-  return shard.keys.insert(std::move(node)).position;
+KeyQueue::Shard::Map::iterator KeyQueue::Insert(Shard& shard, std::string_view key, Hold hold) {
+  Shard::Map::iterator it;
+  if (shard.spare.empty()) {
+    it = shard.keys.try_emplace(std::string(key)).first;
+  } else {
+    Shard::Map::node_type node = std::move(shard.spare.back());
+    shard.spare.pop_back();
+    node.key().assign(key);  // within its capacity: no allocation
+    node.mapped().floor = 0;  // the floor of the key it held went with it
+    it = shard.keys.insert(std::move(node)).position;
+  }
+  Shard::Entry& entry = it->second;
+  entry.exclusive = false;
+  entry.own = false;
+  entry.shared = 0;
+  entry.Take(hold);
+  return it;
 }
 
 void KeyQueue::Erase(Shard& shard, Shard::Map::iterator it) {

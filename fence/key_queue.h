@@ -15,7 +15,11 @@
 // Acquire refuses and the handler runs at once with an empty lease.
 //
 // A write of several keys (AcquireAll) takes its place in the queues of all
-// of them at once, and runs once it has the turn on every one. The admin
+// of them at once, and runs once it has the turn on every one. It may hold
+// some of them shared with others (KeyQueue::Hold): the tree of paths
+// (docs/contract.md, "Nested resources") queues a write on the node of each
+// path it changes and, shared, on each ancestor's, so that a subtree write
+// waits for every write below it and they for it. The admin
 // fence (Fence) leaves a floor on a busy key's queue that writes already
 // queued learn at their turn (KeyLease::floor).
 
@@ -39,6 +43,12 @@
 namespace fencegate::proxy {
 
 class KeyQueue;
+
+// How a lease holds its entry. A key's writes hold it exclusively, one at a
+// time. A node of the tree: a write to the path itself that changes only
+// it holds kOwn (one at a time, beside any number of writes below); a write
+// below holds kShared (many at once); a subtree write holds kExclusive.
+enum class Hold : uint8_t { kExclusive, kOwn, kShared };
 
 class KeyLease {
  public:
@@ -94,13 +104,15 @@ class KeyLease {
   // points to it rather than copying it.
   // `hash` is the key's KeyQueue::HashOf, kept so that a release hashes
   // nothing.
-  KeyLease(KeyQueue* queue, const std::string* key, size_t hash, bool waited, uint64_t floor = 0)
-      : queue_(queue), key_(key), hash_(hash), waited_(waited), floor_(floor) {}
+  KeyLease(KeyQueue* queue, const std::string* key, size_t hash, bool waited, uint64_t floor = 0,
+           Hold hold = Hold::kExclusive)
+      : queue_(queue), key_(key), hash_(hash), waited_(waited), hold_(hold), floor_(floor) {}
   void ReleaseHeld();
   KeyQueue* queue_ = nullptr;
   const std::string* key_ = nullptr;
   size_t hash_ = 0;
   bool waited_ = false;
+  Hold hold_ = Hold::kExclusive;
   uint64_t floor_ = 0;
   // The further keys of an AcquireAll, owned; null (nothing allocated) for
   // one key. Set only while queue_ is (a lease of several keys holds its
@@ -170,6 +182,20 @@ class KeyQueue {
   // several keys is sent by its own session. With no more_keys, as Acquire.
   void AcquireAll(const std::string& key, std::span<const std::string> more_keys,
                   boost::asio::any_io_executor executor, Handler handler, bool bounded = true,
+                  const std::function<void()>& on_queued = {}) {
+    AcquireAll(key, more_keys, {}, std::move(executor), std::move(handler), bounded, on_queued);
+  }
+  // AcquireAll with a Hold per key (`holds`: `key`'s, then each of
+  // `more_keys`'; empty: all exclusive). An entry held kShared is granted
+  // beside other kShared and kOwn holders, kOwn beside kShared ones; each
+  // entry grants strictly in queue order (a waiter never passes an earlier
+  // one), so the order argument above still holds. The bound applies to
+  // the entries a caller would hold kExclusive or kOwn only: writes below a
+  // busy collection may queue behind it in any number (each holds a
+  // connection, which limits.max_connections bounds).
+  void AcquireAll(const std::string& key, std::span<const std::string> more_keys,
+                  std::span<const Hold> holds, boost::asio::any_io_executor executor,
+                  Handler handler, bool bounded = true,
                   const std::function<void()>& on_queued = {});
 
   // The admin fence as a barrier (docs/contract.md, "Admin API"). Under the
@@ -190,7 +216,8 @@ class KeyQueue {
 
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }
 
-  // Number of writes waiting behind another write on the same key.
+  // Number of writes waiting behind another write on one of their keys (a
+  // write of several keys counts once).
   size_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
   // Number of keys with a write in flight.
   size_t active_keys() const;
@@ -210,9 +237,14 @@ class KeyQueue {
     boost::asio::any_io_executor executor;
     Handler handler;
     Relay relay;
+    Hold hold = Hold::kExclusive;
+    // Counted in waiting() by itself (Acquire's); an AcquireAll caller is
+    // counted once, however many of its keys it waits for.
+    bool counted = true;
   };
   // dispatch: HandOn; courier: HandOn's.
-  void Release(const std::string& key, size_t hash, bool dispatch, Courier* courier = nullptr);
+  void Release(const std::string& key, size_t hash, Hold hold, bool dispatch,
+               Courier* courier = nullptr);
   // An AcquireAll caller whose turn came on every key: each key's floor as
   // of now, then its handler with the whole lease. Locks one shard at a
   // time; holds none when called.
@@ -252,9 +284,31 @@ class KeyQueue {
     // and most keys never have a waiter (libstdc++'s deque allocates on
     // construction). `floor`: the highest admin fence decided while the
     // entry was present (Fence).
+    // The holders: one kExclusive, or kShared ones and at most one kOwn
+    // (a key's entry is only ever held kExclusive).
     struct Entry {
       std::list<Waiter> waiters;
       uint64_t floor = 0;
+      uint32_t shared = 0;
+      bool own = false;
+      bool exclusive = true;  // a new entry is its inserter's, exclusively
+
+      bool Grants(Hold h) const {
+        if (exclusive) return false;
+        if (h == Hold::kExclusive) return shared == 0 && !own;
+        return h == Hold::kShared || !own;
+      }
+      void Take(Hold h) {
+        if (h == Hold::kExclusive) exclusive = true;
+        if (h == Hold::kOwn) own = true;
+        if (h == Hold::kShared) ++shared;
+      }
+      void Drop(Hold h) {
+        if (h == Hold::kExclusive) exclusive = false;
+        if (h == Hold::kOwn) own = false;
+        if (h == Hold::kShared) --shared;
+      }
+      bool Held() const { return exclusive || own || shared > 0; }
     };
     using Map = std::unordered_map<std::string, Entry, KeyHash, KeyEqual>;
     Map keys;  // guarded by mu
@@ -265,9 +319,11 @@ class KeyQueue {
     Shard() { spare.reserve(kSpareEntries); }
   };
   Shard& ShardFor(size_t hash) { return shards_[hash % kShards]; }
-  // Adds `key` (absent) to the shard, in a spare entry when there is one;
-  // Erase keeps the entry as a spare while there is room. Both under mu.
-  static Shard::Map::iterator Insert(Shard& shard, std::string_view key);
+  // Adds `key` (absent) to the shard, held by its inserter with `hold`, in a
+  // spare entry when there is one; Erase keeps the entry as a spare while
+  // there is room. Both under mu.
+  static Shard::Map::iterator Insert(Shard& shard, std::string_view key,
+                                     Hold hold = Hold::kExclusive);
   static void Erase(Shard& shard, Shard::Map::iterator it);
 
   const size_t max_waiting_per_key_;

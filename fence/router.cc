@@ -63,6 +63,66 @@ bool Route::Covers(std::string_view method) const {
                      [method](const std::string& m) { return EqualsIgnoringCase(m, method); });
 }
 
+bool IsSubtreeMethod(std::span<const std::string> list, std::string_view method) {
+  if (std::any_of(list.begin(), list.end(),
+                  [method](const std::string& m) { return EqualsIgnoringCase(m, method); })) {
+    return true;
+  }
+  return std::none_of(std::begin(config::kKnownMethods), std::end(config::kKnownMethods),
+                      [method](std::string_view m) { return EqualsIgnoringCase(m, method); });
+}
+
+namespace {
+
+// The directory a path prefix or a literal beginning lies in: "/objects/" ->
+// "/objects", "/obj" -> "/", "/a/b" -> "/a".
+std::string DirectoryOf(std::string_view literal) {
+  const size_t slash = literal.rfind('/');
+  if (slash == std::string_view::npos || slash == 0) return "/";
+  return std::string(literal.substr(0, slash));
+}
+
+// The literal text a regex matched from the start of a path begins with:
+// characters up to the first that is not plain ("^/tenants/([^/]+)/" ->
+// "/tenants/"). An escaped '/' counts as plain.
+std::string LiteralBeginning(std::string_view regex) {
+  if (regex.starts_with('^')) regex.remove_prefix(1);
+  std::string out;
+  for (size_t i = 0; i < regex.size(); ++i) {
+    const char c = regex[i];
+    if (c == '\\' && i + 1 < regex.size() && regex[i + 1] == '/') {
+      out.push_back('/');
+      ++i;
+      continue;
+    }
+    if (std::string_view(".*+?()[]{}|\\^$").find(c) != std::string_view::npos) {
+      // A quantifier makes the character before it optional.
+      if ((c == '*' || c == '?' || c == '{') && !out.empty()) out.pop_back();
+      break;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+bool AtOrBelow(std::string_view path, std::string_view dir) {
+  if (dir == "/") return true;
+  return path.starts_with(dir) && (path.size() == dir.size() || path[dir.size()] == '/');
+}
+
+}  // namespace
+
+bool Router::TreeMayHoldBelow(std::string_view path) const {
+  std::string folded;
+  if (fold_uncovered_) {
+    FoldInto(path, &folded);
+    path = folded;
+  }
+  return std::any_of(tree_tops_.begin(), tree_tops_.end(), [path](const std::string& top) {
+    return AtOrBelow(top, path) || AtOrBelow(path, top);
+  });
+}
+
 std::optional<KeyTemplate> KeyTemplate::Compile(std::string_view text, std::string* error) {
   if (text.empty()) {
     *error = "key template is empty";
@@ -226,8 +286,25 @@ std::unique_ptr<Router> Router::Build(const std::vector<config::RouteConfig>& ro
         r.idempotency_scope = std::move(*scope);
       }
     }
+    r.nesting = rc.nesting;
+    if (rc.subtree_methods) {
+      r.subtree_methods = *rc.subtree_methods;
+    } else {
+      r.subtree_methods.assign(std::begin(config::kDefaultSubtreeMethods),
+                               std::end(config::kDefaultSubtreeMethods));
+    }
+    if (r.nesting != config::RouteNesting::kOff && r.mode != config::RouteMode::kOff) {
+      std::string top = DirectoryOf(r.regex ? LiteralBeginning(rc.path_regex) : r.prefix);
+      if (r.case_insensitive) {
+        FoldInto(std::string(top), &top);
+        router->fold_uncovered_ = true;
+      }
+      router->tree_tops_.push_back(std::move(top));
+    }
     router->routes_.push_back(std::move(r));
   }
+  router->default_subtree_.assign(std::begin(config::kDefaultSubtreeMethods),
+                                  std::end(config::kDefaultSubtreeMethods));
   return router;
 }
 
@@ -235,6 +312,7 @@ RouteMatch Router::Match(std::span<const std::string_view> methods,
                          std::string_view canonical_path) const {
   RouteMatch m;
   bool folded = false;
+  std::string as_directory;  // a regex route's second try
   for (const Route& r : routes_) {
     if (std::none_of(methods.begin(), methods.end(),
                      [&r](std::string_view method) { return r.Covers(method); })) {
@@ -247,15 +325,31 @@ RouteMatch Router::Match(std::span<const std::string_view> methods,
       path = m.folded;
     }
     if (r.regex) {
+      // A route covers its root: the path, or the path as a directory
+      // ("/tenants/acme" for "^/tenants/([^/]+)/").
       std::match_results<std::string_view::const_iterator> groups;
-      if (!std::regex_search(path.begin(), path.end(), groups, *r.regex,
-                             std::regex_constants::match_continuous)) {
-        continue;
+      std::match_results<std::string::const_iterator> dir_groups;
+      if (std::regex_search(path.begin(), path.end(), groups, *r.regex,
+                            std::regex_constants::match_continuous)) {
+        m.captures.reserve(groups.size());
+        for (const auto& g : groups) m.captures.emplace_back(g.matched ? g.str() : std::string());
+      } else {
+        if (path.ends_with('/')) continue;  // "/" itself
+        as_directory.assign(path).push_back('/');
+        if (!std::regex_search(as_directory.cbegin(), as_directory.cend(), dir_groups, *r.regex,
+                               std::regex_constants::match_continuous)) {
+          continue;
+        }
+        m.captures.reserve(dir_groups.size());
+        for (const auto& g : dir_groups) {
+          m.captures.emplace_back(g.matched ? g.str() : std::string());
+        }
       }
-      m.captures.reserve(groups.size());
-      for (const auto& g : groups) m.captures.emplace_back(g.matched ? g.str() : std::string());
     } else {
-      if (!path.starts_with(r.prefix)) continue;
+      // A route covers its root: "/objects" for "/objects/".
+      const bool root = r.prefix.size() == path.size() + 1 && r.prefix.back() == '/' &&
+                        r.prefix.starts_with(path);
+      if (!path.starts_with(r.prefix) && !root) continue;
       m.captures.emplace_back(r.prefix);
     }
     m.route = &r;

@@ -56,6 +56,11 @@ class KeyTemplate {
 // write. Any other method, in any letter case, may write.
 bool IsSafeMethod(std::string_view method);
 
+// Whether `method` (any letter case) is in `list` (upper-case) or is not a
+// method fencegate knows (config::kKnownMethods): a write that may change
+// every path below its own.
+bool IsSubtreeMethod(std::span<const std::string> list, std::string_view method);
+
 // ASCII letters compared without regard to case. By hand: Beast 1.81's
 // iequals reads one byte past the end of strings that differ only in case,
 // and a method may end its buffer.
@@ -78,9 +83,14 @@ struct Route {
   // `idempotency:` (nullopt: off), and its scope compiled (nullopt: none).
   std::optional<config::IdempotencyConfig> idempotency;
   std::optional<KeyTemplate> idempotency_scope;
+  // `nesting:` and `subtree_methods:` (docs/contract.md, "Nested resources").
+  config::RouteNesting nesting = config::RouteNesting::kPerKey;
+  std::vector<std::string> subtree_methods;  // upper-case
 
   // Whether a request with this method is one the route fences.
   bool Covers(std::string_view method) const;
+  // Whether a write with this method may change every path below its own.
+  bool Subtree(std::string_view method) const { return IsSubtreeMethod(subtree_methods, method); }
 };
 
 // (bugprone-exception-escape: small_vector's implicit move is not declared
@@ -117,8 +127,24 @@ class Router {
 
   const std::vector<Route>& routes() const { return routes_; }
 
+  // Whether a fenced path of the tree may lie at or below `path`: it is at
+  // or above the top of a route whose paths enter the tree (nesting not
+  // off, mode not off), or inside one. A subtree write outside every route
+  // is decided by the store only then. For a prefix route the top is its
+  // prefix's directory; for a regex route, the directory of its literal
+  // beginning ("^/tenants/([^/]+)/" -> /tenants; "^/(a|b)/" -> /).
+  bool TreeMayHoldBelow(std::string_view path) const;
+  // A route of the tree matches case-insensitively: paths outside every
+  // route enter the tree folded too.
+  bool fold_uncovered() const { return fold_uncovered_; }
+  // The subtree methods outside every route (config::kDefaultSubtreeMethods).
+  const std::vector<std::string>& default_subtree_methods() const { return default_subtree_; }
+
  private:
   std::vector<Route> routes_;
+  std::vector<std::string> tree_tops_;  // canonical directories, folded when case-insensitive
+  bool fold_uncovered_ = false;
+  std::vector<std::string> default_subtree_;
 };
 
 }  // namespace fencegate::proxy

@@ -17,6 +17,7 @@ constexpr std::array<std::string_view, kOutcomes> kNames = {
     "idempotency_in_flight",
     "idempotency_response_not_kept",
     "client_error",
+    "nested_keys",
 };
 }  // namespace
 

@@ -37,8 +37,9 @@ enum class Outcome : uint8_t {
   kIdempotencyInFlight,         // 409
   kIdempotencyResponseNotKept,  // 409
   kClientError,       // the client went away mid-request
+  kNestedKeys,        // 409 nested_keys: a subtree write no token of its orders
 };
-inline constexpr size_t kOutcomes = 13;
+inline constexpr size_t kOutcomes = 14;
 
 // The label value ("forwarded", ...).
 std::string_view OutcomeName(Outcome outcome);

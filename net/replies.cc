@@ -33,6 +33,40 @@ Reply MakeStale(const std::string& key, uint64_t token, uint64_t current) {
   return reply;
 }
 
+Reply MakeStaleTree(const std::string& key, const std::string& target, const std::string& path,
+                    uint64_t token, uint64_t current) {
+  const std::string where =
+      path == target ? "the highest token already accepted for " + path
+      : path.size() > target.size() && path.compare(0, target.size(), target) == 0
+          ? "the token of a write already accepted below it, at " + path
+          : "the token of a write already accepted to " + path + ", which changed " + target;
+  Reply reply = MakeError(
+      http::status::conflict, "stale_token",
+      "token " + std::to_string(token) + " is lower than " + std::to_string(current) + ", " +
+          where + " (the route's tokens come from one counter: nesting: shared); the lock was "
+          "granted to a newer holder",
+      {{"key", key}, {"token", token}, {"current", current}, {"path", path}});
+  reply.set("Fencing-Token-Current", std::to_string(current));
+  return reply;
+}
+
+Reply MakeNestedKeys(const std::string& target, const std::string& path, const std::string& key,
+                     bool covered) {
+  const std::string what = path == target ? target + " is fenced" : path + ", below " + target +
+                                                                        ", is fenced";
+  const std::string how =
+      covered ? "; tokens of different keys do not compare (the route's nesting: per_key). "
+                "Change what lies below with writes to each path under its own lock, or give "
+                "the route one token counter for the whole tree (nesting: shared)"
+              : "; no route covers " + target +
+                    ", so no token can order this write after it. Send it to the fenced paths "
+                    "themselves, each under its own lock, or cover " + target + " with a route";
+  return MakeError(http::status::conflict, "nested_keys",
+                   "this write may change everything below " + target + ", and " + what +
+                       (key.empty() ? std::string() : " under the key '" + key + "'") + how,
+                   {{"path", path}, {"key", key}});
+}
+
 Reply MakeStoreError(const storage::Status& status) {
   return MakeError(http::status::service_unavailable, "store_unavailable",
                    "the token store cannot be used, so the write was not forwarded: " +

@@ -48,6 +48,19 @@ Reply MakeJson(http::status status, const nlohmann::json& body);
 // 409 stale_token with key/token/current and Fencing-Token-Current.
 Reply MakeStale(const std::string& key, uint64_t token, uint64_t current);
 
+// 409 stale_token for a write over the tree of paths whose token is lower
+// than that of a write that changed one of its resources (nesting: shared):
+// `path` holds `current`; Fencing-Token-Current. `key` is the write's.
+Reply MakeStaleTree(const std::string& key, const std::string& target, const std::string& path,
+                    uint64_t token, uint64_t current);
+
+// 409 nested_keys: a subtree write to `target` over `path`, fenced under
+// `key`, that no token of the write can order (docs/contract.md, "Nested
+// resources"). `covered`: the target's route is per_key (else no route
+// covers it).
+Reply MakeNestedKeys(const std::string& target, const std::string& path, const std::string& key,
+                     bool covered);
+
 // The one mapping of a store failure to an HTTP reply: 503 store_unavailable.
 Reply MakeStoreError(const storage::Status& status);
 

