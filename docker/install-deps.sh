@@ -30,7 +30,7 @@ RUNTIME_PACKAGES=(
 DEV_PACKAGES=(
   openssl
   libgtest-dev libgmock-dev libbenchmark-dev
-  nginx python3 python3-pytest python3-yaml python3-prometheus-client
+  nginx apache2 python3 python3-pytest python3-yaml python3-prometheus-client
   etcd-server etcd-client redis-server zookeeperd python3-kazoo haproxy
   wrk linux-perf valgrind
   clang libclang-rt-14-dev clang-tidy cppcheck
@@ -84,3 +84,13 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y --no-install-recommends "${missing[@]}"
+# Debian's apache2 starts and enables a system service on port 80 when it is
+# installed; the tests run their own. Stop it and keep it off at boot.
+if [[ " ${missing[*]} " == *" apache2 "* ]]; then
+  if [[ -d /run/systemd/system ]]; then
+    "${SUDO[@]}" systemctl disable --now apache2.service apache-htcacheclean.service
+  else
+    "${SUDO[@]}" service apache2 stop
+    "${SUDO[@]}" update-rc.d apache2 disable
+  fi
+fi
