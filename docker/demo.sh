@@ -228,6 +228,10 @@ then the lock passes to token 34, then the old holder wakes up and writes:
   # 5. what fencegate remembers for the key          -> {"key":"/objects/hello","token":34}
   curl -s $A/v1/keys/%2Fobjects%2Fhello; echo
 
+  # 6. a DELETE of the whole collection would delete the fenced file with
+  #    a token of another key                          -> 409 Conflict, nested_keys
+  curl -i -X DELETE -H 'Fencing-Token: 35' $P/objects/
+
   # more: no token -> 428, malformed token -> 400, fence the key at 100 (admin)
   curl -i -X PUT --data 'x' $P/objects/hello
   curl -i -X PUT -H 'Fencing-Token: 0x22' --data 'x' $P/objects/hello

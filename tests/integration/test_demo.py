@@ -44,13 +44,14 @@ def test_demo_prints_commands_that_tell_the_story(fencegate_bin, tmp_path):
     proc, printed = start_demo(fencegate_bin, tmp_path / "demo")
     try:
         commands = [l.strip() for l in printed if l.strip().startswith("curl ")]
-        assert len(commands) == 8, printed
+        assert len(commands) == 9, printed
         outs = [run(c) for c in commands]
         assert [status_of(o) for i, o in enumerate(outs) if i != 4] == \
-            [201, 204, 409, 200, 428, 400, 200]
+            [201, 204, 409, 200, 409, 428, 400, 200]
         assert '"current":34' in outs[2] and '"error":"stale_token"' in outs[2]
         assert outs[3].endswith("written under token 34")
         assert outs[4].strip() == '{"key":"/objects/hello","token":34}'
+        assert '"error":"nested_keys"' in outs[5] and '"path":"/objects/hello"' in outs[5]
         # The file nginx holds is what token 34 wrote, the late 33 never reached it.
         with open(tmp_path / "demo" / "www" / "objects" / "hello") as f:
             assert f.read() == "written under token 34"

@@ -168,14 +168,19 @@ def stored_token(etcd, key):
 def held_up_write(make_gate, backend, etcd, forward_within):
     """Replica A's write with 5 is decided by etcd, and A hears the answer
     only after replica B forwarded 6 (its key moved, as after a failover);
-    returns A's answer to the write with 5."""
+    returns A's answer to the write with 5. The route keeps the flat model:
+    its check-and-advance is one transaction, whose answer is the one held
+    (a write over the tree of paths reads, then writes)."""
     held = HeldAnswers(("127.0.0.1", etcd.client_port))
+    flat = [{"name": "objects", "path_prefix": "/objects/", "nesting": "off"}]
     try:
-        a = make_gate(name="a", storage={
+        a = make_gate(name="a", routes=flat, storage={
             "engine": "etcd",
             "etcd": {"endpoints": [f"http://127.0.0.1:{held.port}"], "prefix": "fencegate-test/",
                      "timeout": "10s", "forward_within": forward_within}})
-        b = replica(make_gate, etcd, "b")
+        b = make_gate(name="b", routes=flat, storage={
+            "engine": "etcd",
+            "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", **ETCD_TIMERS}})
         assert a.put("/objects/h", token=4).status == 201
         answer = {}
         held.hold()
