@@ -22,11 +22,11 @@ staged and unstaged edits and new files alike). The base is, first of
 these that applies:
   - $FENCEGATE_TIDY_BASE, any commit git can name;
   - the merge base with the branch's upstream, when HEAD is ahead of it;
-  - the last commit made six hours or more before HEAD (by committer date):
-    the work of the hours that end at HEAD, which in a fresh clone of the
-    main branch holds the submission that landed last, whatever its number
-    of commits (a working session lasts a few hours; a rebase or a merge
-    dates its commits anew);
+  - the last commit made three hours or more before HEAD (by committer
+    date): the work of the hours that end at HEAD, which in a fresh clone
+    of the main branch holds the submission that landed last, whatever its
+    number of commits (a working session lasts at most three hours; a
+    rebase or a merge dates its commits anew);
   - the repository's first commit, when nothing is that old.
 A shallow clone cannot tell what changed: every candidate is printed.
 
@@ -43,7 +43,7 @@ import sys
 CHECK_FILES = {".clang-tidy"}
 HEADER = re.compile(r'\.(h|hh|hpp)$')
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
-WINDOW_S = 6 * 3600
+WINDOW_S = 3 * 3600
 
 
 def git(root, *args):
@@ -64,9 +64,9 @@ def base_commit(root):
     head_time = int(git(root, "log", "-1", "--format=%ct", "HEAD"))
     older = git(root, "rev-list", "-1", f"--before={head_time - WINDOW_S}", "HEAD")
     if older:
-        return older, "the last commit six hours or more before HEAD"
+        return older, "the last commit three hours or more before HEAD"
     first = git(root, "rev-list", "--max-parents=0", "HEAD").splitlines()
-    return first[-1], "the first commit (nothing is six hours older than HEAD)"
+    return first[-1], "the first commit (nothing is three hours older than HEAD)"
 
 
 def changed_files(root, base):
