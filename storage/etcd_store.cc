@@ -54,11 +54,12 @@ bool ValueOf(const json& range, std::optional<uint64_t>* out) {
   return true;
 }
 
-Status Malformed(std::string_view what) {
-  return Status::Corruption("etcd answered something that is not " + std::string(what));
-}
 
 }  // namespace
+
+Status EtcdStore::Malformed(std::string_view what) {
+  return Status::Corruption("etcd answered something that is not " + std::string(what));
+}
 
 std::string EtcdStore::EncodeToken(uint64_t token) {
   std::string digits = std::to_string(token);

@@ -156,6 +156,8 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void RunTrees(std::vector<Tree>& batch);  // etcd_tree.cc
   void RunNodeRead(Tree& call);             // etcd_tree.cc
   std::string NodeKeyOf(std::string_view path) const;
+  // Corruption: etcd's answer is not `what` it should be.
+  static Status Malformed(std::string_view what);
   static Record NewRecord(Record::Kind kind, std::string key);
   void RunRecord(Record& call);  // etcd_records.cc
   // A lease that ends at least a minute after expires_ms (and at most two);

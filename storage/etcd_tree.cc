@@ -28,10 +28,6 @@ struct Read {
   const std::optional<std::string>& Now() const { return decided ? decided : value; }
 };
 
-Status Malformed(std::string_view what) {
-  return Status::Corruption("etcd answered something that is not " + std::string(what));
-}
-
 // The value and revision of a range answer; false when it is not one.
 bool ReadOf(const json& answer, Read* out) {
   const json& range = answer.value("response_range", json::object());
@@ -73,7 +69,7 @@ void EtcdStore::RunNodeRead(Tree& call) {
   if (!status.ok()) return call.node(status, std::nullopt);
   Read read;
   if (!ReadOf({{"response_range", response}}, &read)) {
-    return call.node(Malformed("a tree node"), std::nullopt);
+    return call.node(EtcdStore::Malformed("a tree node"), std::nullopt);
   }
   if (!read.value) return call.node(Status::Ok(), std::nullopt);
   TreeNode node;
@@ -112,12 +108,12 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
     if (!status.ok()) break;
     const json& answers = read.value("responses", json::array());
     if (answers.size() != names.size()) {
-      status = Malformed("one answer per key");
+      status = EtcdStore::Malformed("one answer per key");
       break;
     }
     std::vector<Read> state(names.size());
     for (size_t j = 0; j < names.size() && status.ok(); ++j) {
-      if (!ReadOf(answers[j], &state[j])) status = Malformed("a token or a tree node");
+      if (!ReadOf(answers[j], &state[j])) status = EtcdStore::Malformed("a token or a tree node");
     }
     if (!status.ok()) break;
 
@@ -129,7 +125,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
       for (const std::string& k : w.keys) {
         const std::optional<std::string>& v = state[index.at(KeyOf(k))].Now();
         uint64_t token = 0;
-        if (v && !DecodeToken(*v, &token)) s = Malformed("a token");
+        if (v && !DecodeToken(*v, &token)) s = EtcdStore::Malformed("a token");
         in.keys.push_back(v ? std::optional<uint64_t>(token) : std::nullopt);
       }
       for (const std::string& p : node_paths[i]) {
