@@ -925,102 +925,80 @@ TEST(KeyQueueAll, HandOnOfSeveralKeysHandsOnEveryKey) {
 
 // Holds (the tree of paths): shared holders go side by side, an exclusive
 // one alone, kOwn beside shared ones but not beside another kOwn; each
-// entry grants in queue order, so a shared request behind a waiting
+// entry grants strictly in queue order, so a shared request behind a waiting
 // exclusive one waits too.
-TEST(KeyQueueHolds, SharedSideBySideExclusiveAloneInQueueOrder) {
-  io_context ioc;
-  KeyQueue q;
-  const std::string node = "node";
-  const std::string k1 = "k1", k2 = "k2", k3 = "k3", k4 = "k4";
-  auto acquire = [&](const std::string& key, Hold hold, KeyLease* out) {
+class KeyQueueHolds : public ::testing::Test {
+ protected:
+  // A write of `key` (exclusive) that holds the one node with `hold`; its
+  // lease lands in *out once granted (!held() when refused).
+  void Acquire(const std::string& key, Hold hold, KeyLease* out) {
     const Hold holds[] = {Hold::kExclusive, hold};
-    const std::string more[] = {node};
+    const std::string more[] = {"node"};
     q.AcquireAll(key, more, holds, ioc.get_executor(),
                  [out](KeyLease l) { *out = std::move(l); });
+    Run();
+  }
+  void Run() {
     ioc.poll();
     ioc.restart();
-  };
+  }
+  io_context ioc;
+  KeyQueue q{/*max_waiting_per_key=*/1};
+};
+
+TEST_F(KeyQueueHolds, SharedSideBySideExclusiveAloneInQueueOrder) {
   KeyLease s1, s2, x, s3;
-  acquire(k1, Hold::kShared, &s1);
-  acquire(k2, Hold::kShared, &s2);
+  Acquire("k1", Hold::kShared, &s1);
+  Acquire("k2", Hold::kShared, &s2);
   EXPECT_TRUE(s1.held() && s2.held()) << "two shared holders at once";
-  acquire(k3, Hold::kExclusive, &x);
+  Acquire("k3", Hold::kExclusive, &x);
   EXPECT_FALSE(x.held());
-  acquire(k4, Hold::kShared, &s3);
+  Acquire("k4", Hold::kShared, &s3);
   EXPECT_FALSE(s3.held()) << "a shared request passed an exclusive one waiting before it";
   EXPECT_EQ(q.waiting(), 2u);
   s1.Release();
-  ioc.poll();
-  ioc.restart();
+  Run();
   EXPECT_FALSE(x.held()) << "exclusive beside a shared holder";
   s2.Release();
-  ioc.poll();
-  ioc.restart();
+  Run();
   EXPECT_TRUE(x.held());
   EXPECT_FALSE(s3.held());
   x.Release();
-  ioc.poll();
+  Run();
   EXPECT_TRUE(s3.held());
   s3.Release();
   EXPECT_EQ(q.active_keys(), 0u);
   EXPECT_EQ(q.waiting(), 0u);
 }
 
-TEST(KeyQueueHolds, OwnGoesBesideSharedButNotBesideOwn) {
-  io_context ioc;
-  KeyQueue q;
-  const std::string node = "node";
-  auto acquire = [&](const std::string& key, Hold hold, KeyLease* out) {
-    const Hold holds[] = {Hold::kExclusive, hold};
-    const std::string more[] = {node};
-    q.AcquireAll(key, more, holds, ioc.get_executor(),
-                 [out](KeyLease l) { *out = std::move(l); });
-    ioc.poll();
-    ioc.restart();
-  };
+TEST_F(KeyQueueHolds, OwnGoesBesideSharedButNotBesideOwn) {
   KeyLease shared, own, own2, shared2;
-  acquire("k1", Hold::kShared, &shared);
-  acquire("k2", Hold::kOwn, &own);
+  Acquire("k1", Hold::kShared, &shared);
+  Acquire("k2", Hold::kOwn, &own);
   EXPECT_TRUE(shared.held() && own.held());
-  acquire("k3", Hold::kOwn, &own2);
+  Acquire("k3", Hold::kOwn, &own2);
   EXPECT_FALSE(own2.held());
   own.Release();
-  ioc.poll();
-  ioc.restart();
+  Run();
   EXPECT_TRUE(own2.held());
-  acquire("k4", Hold::kShared, &shared2);
+  Acquire("k4", Hold::kShared, &shared2);
   EXPECT_TRUE(shared2.held()) << "shared beside shared and kOwn holders, nobody waiting";
   for (KeyLease* l : {&shared, &own2, &shared2}) l->Release();
   EXPECT_EQ(q.active_keys(), 0u);
 }
 
-TEST(KeyQueueHolds, TheBoundIgnoresSharedWaiters) {
-  io_context ioc;
-  KeyQueue q(/*max_waiting_per_key=*/1);
-  const std::string node = "node";
-  auto acquire = [&](const std::string& key, Hold hold, KeyLease* out) {
-    const Hold holds[] = {Hold::kExclusive, hold};
-    const std::string more[] = {node};
-    q.AcquireAll(key, more, holds, ioc.get_executor(),
-                 [out](KeyLease l) { *out = std::move(l); });
-    ioc.poll();
-    ioc.restart();
-  };
-  KeyLease x, a, b;
-  bool refused = false;
-  acquire("k0", Hold::kExclusive, &x);
-  acquire("k1", Hold::kShared, &a);
-  acquire("k2", Hold::kShared, &b);  // a second shared waiter: not bounded
+// The bound (here 1) counts the entries a write would hold kExclusive or
+// kOwn only.
+TEST_F(KeyQueueHolds, TheBoundIgnoresSharedWaiters) {
+  KeyLease x, a, b, refused;
+  Acquire("k0", Hold::kExclusive, &x);
+  Acquire("k1", Hold::kShared, &a);
+  Acquire("k2", Hold::kShared, &b);  // a second shared waiter: not bounded
   EXPECT_EQ(q.waiting(), 2u);
-  const Hold holds[] = {Hold::kExclusive, Hold::kExclusive};
-  const std::string more[] = {node};
-  q.AcquireAll("k3", more, holds, ioc.get_executor(),
-               [&](const KeyLease& l) { refused = !l.held(); });
-  ioc.poll();
-  ioc.restart();
-  EXPECT_TRUE(refused) << "an exclusive request beyond the bound";
+  Acquire("k3", Hold::kExclusive, &refused);
+  EXPECT_FALSE(refused.held()) << "an exclusive request beyond the bound";
   x.Release();
-  ioc.poll();
+  Run();
   EXPECT_TRUE(a.held() && b.held());
   a.Release();
   b.Release();

@@ -666,6 +666,23 @@ class _DavServer:
     """What NginxDav and ApacheDav share: `dir` holds the server's
     access.log, `root` the files it serves, `proc` the server's process."""
 
+    def _start(self, command, attempts):
+        """Starts the server on a free port (`_write_conf(port)`, then
+        `command`), and again on another if it does not listen there: such
+        a server cannot listen on port 0. False when no attempt listened."""
+        self.proc = None
+        for _ in range(attempts):
+            port = free_port()
+            self._write_conf(port)
+            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if self._wait_listening(port):
+                self.port = port
+                self.addr = ("127.0.0.1", port)
+                return True
+            stop_process(self.proc)
+        return False
+
     def _wait_listening(self, port, timeout=START_TIMEOUT):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -706,20 +723,10 @@ class NginxDav(_DavServer):
         self.root = os.path.join(self.dir, "www")
         os.makedirs(os.path.join(self.dir, "tmp"), exist_ok=True)
         os.makedirs(self.root, exist_ok=True)
-        self.proc = None
-        for _ in range(attempts):
-            port = free_port()
-            self._write_conf(port)
-            self.proc = subprocess.Popen(
-                ["nginx", "-p", self.dir + "/", "-c", os.path.join(self.dir, "nginx.conf"),
-                 "-e", os.path.join(self.dir, "error.log")],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if self._wait_listening(port):
-                self.port = port
-                self.addr = ("127.0.0.1", port)
-                return
-            stop_process(self.proc)
-        raise AssertionError(f"nginx did not start; see {self.dir}/error.log")
+        if not self._start(["nginx", "-p", self.dir + "/",
+                                     "-c", os.path.join(self.dir, "nginx.conf"),
+                                     "-e", os.path.join(self.dir, "error.log")], attempts):
+            raise AssertionError(f"nginx did not start; see {self.dir}/error.log")
 
     def _write_conf(self, port):
         user = ""
@@ -789,21 +796,10 @@ class ApacheDav(_DavServer):
             os.makedirs(d)
             if self.user:
                 os.chown(d, self.user.pw_uid, self.user.pw_gid)
-        self.proc = None
-        for _ in range(attempts):
-            port = free_port()
-            self._write_conf(port)
-            self.proc = subprocess.Popen(
-                [APACHE, "-DFOREGROUND", "-d", self.dir,
-                 "-f", os.path.join(self.dir, "httpd.conf")],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if self._wait_listening(port):
-                self.port = port
-                self.addr = ("127.0.0.1", port)
-                return
-            stop_process(self.proc)
-        self.data.remove()
-        raise AssertionError(f"apache2 did not start; see {self.dir}/error.log")
+        if not self._start([APACHE, "-DFOREGROUND", "-d", self.dir,
+                                       "-f", os.path.join(self.dir, "httpd.conf")], attempts):
+            self.data.remove()
+            raise AssertionError(f"apache2 did not start; see {self.dir}/error.log")
 
     def _write_conf(self, port):
         user = ""

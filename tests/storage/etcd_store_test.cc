@@ -17,7 +17,6 @@
 
 #include "storage/etcd_client.h"
 #include "tests/storage/test_util.h"
-#include "tests/storage/tree_model.h"
 #include "tests/support/etcd_process.h"
 
 namespace fencegate::storage {
@@ -218,15 +217,7 @@ TEST_F(EtcdStoreTest, ConcurrentReplicasNeverAcceptBelowTheStoredToken) {
 // (tests/storage/tree_model.h), and read back node by node.
 TEST_F(EtcdStoreTest, TreeWritesDecideAsTheModel) {
   auto store = Open();
-  testing::Model model;
-  testing::Workload load(11);
-  for (int i = 0; i < 150; ++i) {
-    const TreeWrite w = load.Next();
-    const TreeVerdict::Kind want = model.Decide(w);
-    testing::TreeResult r = testing::AdvanceTreeSync(*store, w);
-    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    ASSERT_EQ(r.verdict.kind, want) << "write " << i << " to " << w.targets[0].path;
-  }
+  ASSERT_EQ(testing::TreeDisagreement(*store, 11, 150), "");
   TreeWrite w;
   w.keys = {"/c/z"};
   w.token = 100;

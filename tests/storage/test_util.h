@@ -19,6 +19,7 @@
 
 #include "storage/rocksdb_store.h"
 #include "storage/token_store.h"
+#include "tests/storage/tree_model.h"
 
 namespace fencegate::storage::testing {
 
@@ -129,6 +130,26 @@ inline NodeResult GetNodeSync(TokenStore& store, const std::string& path) {
     p->set_value(NodeResult{s, std::move(node)});
   });
   return WaitFor(f, NodeResult{Status::Unavailable("test deadline"), {}});
+}
+
+// Sends `writes` random tree writes (tree_model.h's Workload) to `store`
+// and to the plain model of the rule: "" when every verdict is the model's,
+// else what the first that is not was.
+inline std::string TreeDisagreement(TokenStore& store, uint32_t seed, int writes) {
+  Model model;
+  Workload load(seed);
+  for (int i = 0; i < writes; ++i) {
+    const TreeWrite w = load.Next();
+    const TreeVerdict::Kind want = model.Decide(w);
+    TreeResult r = AdvanceTreeSync(store, w);
+    if (!r.status.ok()) return "write " + std::to_string(i) + ": " + r.status.ToString();
+    if (r.verdict.kind != want) {
+      return "write " + std::to_string(i) + " to " + w.targets[0].path + ": verdict " +
+             std::to_string(static_cast<int>(r.verdict.kind)) + ", the model's " +
+             std::to_string(static_cast<int>(want));
+    }
+  }
+  return {};
 }
 
 inline GetResult GetSync(TokenStore& store, const std::string& key) {

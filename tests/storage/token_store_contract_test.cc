@@ -23,7 +23,6 @@
 #include "storage/rocksdb_store.h"
 #include "storage/token_store.h"
 #include "tests/storage/test_util.h"
-#include "tests/storage/tree_model.h"
 
 namespace fencegate::storage {
 namespace {
@@ -218,15 +217,7 @@ TEST_P(TokenStoreContract, ATokenKeyCannotBeginAsTheStoresOwnRecords) {
 // (tests/storage/tree_model.h), over random writes, and keeps what it
 // accepted: keys, and nodes that GetNode reads back.
 TEST_P(TokenStoreContract, AdvanceTreeDecidesAsTheModel) {
-  testing::Model model;
-  testing::Workload load(7);
-  for (int i = 0; i < 400; ++i) {
-    const TreeWrite w = load.Next();
-    const TreeVerdict::Kind want = model.Decide(w);
-    testing::TreeResult r = AdvanceTreeSync(store(), w);
-    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    ASSERT_EQ(r.verdict.kind, want) << "write " << i << " to " << w.targets[0].path;
-  }
+  ASSERT_EQ(testing::TreeDisagreement(store(), 7, 400), "");
   // A path written with token 100 under the shared part of the tree.
   TreeWrite w;
   w.keys = {"/c/z"};
