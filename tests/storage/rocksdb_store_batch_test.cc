@@ -1,6 +1,7 @@
 // RocksDbStore::AdvanceAll: several keys advanced all or nothing, in one
 // write, decided in call order among Advance and Raise calls.
 
+#include <condition_variable>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -156,15 +157,24 @@ const std::vector<Call>& Sequence() {
   return calls;
 }
 
+// The answers of the calls, in a block the handlers share: a handler may
+// still be leaving it (unlocking its mutex) after the test read the last
+// answer and returned, so it lives as long as the last handler holding it.
+struct Answers {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> answers = std::vector<std::string>(Sequence().size());
+  std::vector<size_t> order;
+};
+
 // Makes call i; its answer goes to answers[i].
-void MakeCall(TokenStore& store, size_t i, std::mutex& mu, std::vector<std::string>& answers,
-              std::vector<size_t>& order, std::promise<void>& all_done) {
+void MakeCall(TokenStore& store, size_t i, const std::shared_ptr<Answers>& out) {
   const Call& c = Sequence()[i];
-  auto done = [&, i](std::string answer) {
-    std::lock_guard lock(mu);
-    answers[i] = std::move(answer);
-    order.push_back(i);
-    if (order.size() == Sequence().size()) all_done.set_value();
+  auto done = [out, i](std::string answer) {
+    std::lock_guard lock(out->mu);
+    out->answers[i] = std::move(answer);
+    out->order.push_back(i);
+    out->cv.notify_all();
   };
   switch (c.kind) {
     case Call::kAdvance:
@@ -205,17 +215,17 @@ TEST_P(RocksDbStoreBatchTest, CallsOneAtATimeAreDecidedInCallOrder) {
 // the lane, and are then decided together, in one batch: each against the
 // values the ones before it left in that batch.
 TEST_P(RocksDbStoreBatchTest, CallsDecidedInOneBatchSeeEachOther) {
-  std::mutex mu;
-  std::vector<std::string> answers(Sequence().size());
-  std::vector<size_t> order;
-  std::promise<void> all_done;
+  auto out = std::make_shared<Answers>();
   const StoreStats before = store_->stats();
-  store_->Advance("/first", 1, [&](const Status&, Fence) {
-    for (size_t i = 0; i < Sequence().size(); ++i) {
-      MakeCall(*store_, i, mu, answers, order, all_done);
-    }
+  store_->Advance("/first", 1, [this, out](const Status&, Fence) {
+    for (size_t i = 0; i < Sequence().size(); ++i) MakeCall(*store_, i, out);
   });
-  ASSERT_EQ(all_done.get_future().wait_for(testing::kHandlerDeadline), std::future_status::ready);
+  std::unique_lock lock(out->mu);
+  ASSERT_TRUE(out->cv.wait_for(lock, testing::kHandlerDeadline,
+                               [&] { return out->order.size() == Sequence().size(); }));
+  const std::vector<std::string> answers = out->answers;
+  const std::vector<size_t> order = out->order;
+  lock.unlock();
   EXPECT_EQ(answers, Expected());
   std::vector<size_t> in_call_order(Sequence().size());
   for (size_t i = 0; i < in_call_order.size(); ++i) in_call_order[i] = i;
