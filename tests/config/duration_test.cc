@@ -9,19 +9,19 @@
 namespace fencegate::config {
 namespace {
 
-struct GoodCase {
+struct DurationCase {
   const char* text;
   int64_t ms;
 };
 
 TEST(ParseDurationTest, AcceptsIntegerUnitSequences) {
-  const GoodCase cases[] = {
+  const DurationCase cases[] = {
       {"250ms", 250},         {"0ms", 0},         {"1s", 1000},       {"10s", 10000},
       {"5m", 300000},         {"24h", 86400000},  {"1h30m", 5400000}, {"1h30m15s", 5415000},
       {"2m500ms", 120500},    {"1h1ms", 3600001}, {"007s", 7000},     {"0s", 0},
       {"1h0m0s0ms", 3600000}, {"90m", 5400000},
   };
-  for (const GoodCase& c : cases) {
+  for (const DurationCase& c : cases) {
     std::optional<Duration> parsed = ParseDuration(c.text);
     ASSERT_TRUE(parsed.has_value()) << c.text;
     EXPECT_EQ(parsed->count(), c.ms) << c.text;

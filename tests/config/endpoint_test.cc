@@ -7,7 +7,7 @@
 namespace fencegate::config {
 namespace {
 
-struct GoodCase {
+struct EndpointCase {
   const char* text;
   const char* host;
   uint16_t port;
@@ -15,7 +15,7 @@ struct GoodCase {
 };
 
 TEST(ParseEndpointTest, AcceptsLiteralAddresses) {
-  const GoodCase cases[] = {
+  const EndpointCase cases[] = {
       {"127.0.0.1:8080", "127.0.0.1", 8080, "127.0.0.1:8080"},
       {"0.0.0.0:0", "0.0.0.0", 0, "0.0.0.0:0"},
       {"[::1]:0", "::1", 0, "[::1]:0"},
@@ -25,7 +25,7 @@ TEST(ParseEndpointTest, AcceptsLiteralAddresses) {
       {"localhost:80", "localhost", 80, "localhost:80"},
       {"10.1.2.3:00080", "10.1.2.3", 80, "10.1.2.3:80"},
   };
-  for (const GoodCase& c : cases) {
+  for (const EndpointCase& c : cases) {
     std::optional<Endpoint> endpoint = ParseEndpoint(c.text);
     ASSERT_TRUE(endpoint.has_value()) << c.text;
     EXPECT_EQ(endpoint->host, c.host) << c.text;

@@ -11,9 +11,7 @@ using testing::ErrorOf;
 using testing::FailsAt;
 using testing::kUpstream;
 
-std::string WithUpstream(std::string_view rest) {
-  return std::string(kUpstream) + std::string(rest);
-}
+using testing::WithUpstream;
 
 TEST(LoadErrorsTest, UnknownKeyAtTheRoot) {
   EXPECT_TRUE(

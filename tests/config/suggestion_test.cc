@@ -17,9 +17,7 @@ using testing::ErrorOf;
 using testing::FailsAt;
 using testing::kUpstream;
 
-std::string WithUpstream(std::string_view rest) {
-  return std::string(kUpstream) + std::string(rest);
-}
+using testing::WithUpstream;
 
 TEST(EditDistanceTest, CountsEachKindOfEdit) {
   EXPECT_EQ(EditDistance("timeout", "timeout"), 0u);

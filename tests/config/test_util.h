@@ -16,6 +16,11 @@ inline constexpr std::string_view kTestFile = "test.yaml";
 // Line 1 of most test documents: the one required field.
 inline constexpr std::string_view kUpstream = "upstream: {url: \"http://127.0.0.1:9000\"}\n";
 
+// A test document: the required field, then `rest`.
+inline std::string WithUpstream(std::string_view rest) {
+  return std::string(kUpstream) + std::string(rest);
+}
+
 // The error message of loading `yaml`, or "" when it loads.
 inline std::string ErrorOf(std::string_view yaml) {
   LoadResult result = LoadFromString(yaml, kTestFile);

@@ -13,9 +13,7 @@ using testing::FailsAt;
 using testing::kUpstream;
 using testing::MustLoad;
 
-std::string WithUpstream(std::string_view rest) {
-  return std::string(kUpstream) + std::string(rest);
-}
+using testing::WithUpstream;
 
 TEST(TlsConfigTest, ListenerTlsIsOffByDefault) {
   Config c = MustLoad(kUpstream);

@@ -20,8 +20,8 @@ using tcp = asio::ip::tcp;
 using Clock = Deadline::Clock;
 using std::chrono::milliseconds;
 
-struct Pair {
-  Pair() : a(ioc), b(ioc) {
+struct SocketPair {
+  SocketPair() : a(ioc), b(ioc) {
     tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
     a.connect(acceptor.local_endpoint());
     acceptor.accept(b);
@@ -74,7 +74,7 @@ TEST(Deadline, SweepIntervalIsATenthOfTheShortestTimeoutWithinBounds) {
 // The sweep closes a socket whose pending read is past its deadline: the
 // read ends with an error, not before the deadline.
 TEST(DeadlineSweep, ClosesAStreamWhoseOperationIsPastItsDeadline) {
-  Pair p;
+  SocketPair p;
   Deadline d;
   std::array<char, 16> buf{};
   std::optional<boost::system::error_code> result;
@@ -101,7 +101,7 @@ TEST(DeadlineSweep, ClosesAStreamWhoseOperationIsPastItsDeadline) {
 // the stream open; and the sweep stops once told nothing is left, so run()
 // returns by itself.
 TEST(DeadlineSweep, LeavesAStreamWhoseOperationEndedInTime) {
-  Pair p;
+  SocketPair p;
   Deadline d;
   std::array<char, 16> buf{};
   std::optional<boost::system::error_code> result;

@@ -27,8 +27,8 @@ using Stream = boost::beast::basic_stream<tcp, asio::io_context::executor_type>;
 
 // A connected pair on 127.0.0.1: `writer` (a Beast stream, as the proxy
 // uses) and `reader`, both with small fixed buffers when `small`.
-struct Pair {
-  explicit Pair(bool small) : writer(ioc.get_executor()), reader(ioc) {
+struct StreamPair {
+  explicit StreamPair(bool small) : writer(ioc.get_executor()), reader(ioc) {
     tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
     if (small) acceptor.set_option(asio::socket_base::receive_buffer_size(4096));
     writer.socket().open(tcp::v4());
@@ -60,7 +60,7 @@ std::string Pattern(size_t n, char seed) {
 }
 
 TEST(WriteWhole, WhatTheSocketDoesNotTakeAtOnceFollowsAsynchronously) {
-  Pair p(/*small=*/true);
+  StreamPair p(/*small=*/true);
   Deadline deadline;
   const std::string head = Pattern(3000, 'A');
   const std::string body = Pattern(size_t{2} << 20, 'a');  // far beyond both buffers
@@ -87,7 +87,7 @@ TEST(WriteWhole, WhatTheSocketDoesNotTakeAtOnceFollowsAsynchronously) {
 }
 
 TEST(WriteWhole, AMessageTheSocketTakesWholeIsDoneBeforeItReturns) {
-  Pair p(/*small=*/false);
+  StreamPair p(/*small=*/false);
   Deadline deadline;
   const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
   const std::string body = "hello";
@@ -108,7 +108,7 @@ TEST(WriteWhole, AMessageTheSocketTakesWholeIsDoneBeforeItReturns) {
 }
 
 TEST(WriteWhole, ABlockingSocketWritesEverythingAsynchronously) {
-  Pair p(/*small=*/true);
+  StreamPair p(/*small=*/true);
   Deadline deadline;
   p.writer.socket().non_blocking(false);  // as a TLS stream's socket
   const std::string head = Pattern(100, 'H');
@@ -130,7 +130,7 @@ TEST(WriteWhole, ABlockingSocketWritesEverythingAsynchronously) {
 }
 
 TEST(WriteWhole, AWriteToAClosedPeerReportsTheError) {
-  Pair p(/*small=*/true);
+  StreamPair p(/*small=*/true);
   Deadline deadline;
   p.reader.set_option(asio::socket_base::linger(true, 0));
   p.reader.close();  // RST: the writer's sends fail

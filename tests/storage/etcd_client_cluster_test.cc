@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "storage/etcd_client.h"
+#include "tests/storage/etcd_client_util.h"
 #include "tests/support/etcd_process.h"
 
 namespace fencegate::storage {
@@ -20,27 +21,10 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using fencegate::testing::EtcdCluster;
 using Clock = std::chrono::steady_clock;
+using testing::Connect;
+using testing::PutRequest;
+using testing::ValueOf;
 
-json PutRequest(const std::string& key, const std::string& value) {
-  return {{"key", EtcdClient::Base64(key)}, {"value", EtcdClient::Base64(value)}};
-}
-
-std::optional<std::string> ValueOf(EtcdClient& client, const std::string& key) {
-  json answer;
-  const Status s = client.Call("/v3/kv/range", {{"key", EtcdClient::Base64(key)}}, &answer, true);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!answer.contains("kvs")) return std::nullopt;
-  std::string value;
-  EXPECT_TRUE(EtcdClient::FromBase64(answer["kvs"][0].value("value", ""), &value));
-  return value;
-}
-
-std::unique_ptr<EtcdClient> Connect(const EtcdClientOptions& options) {
-  std::unique_ptr<EtcdClient> client;
-  const Status s = EtcdClient::Open(options, &client);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return client;
-}
 
 TEST(EtcdClientCluster, CallsSurviveTheLeadersDeath) {
   EtcdCluster::Options three;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/storage/etcd_client_util.h"
 #include "tests/storage/etcd_fake_gateway.h"
 #include "tests/support/etcd_process.h"
 
@@ -22,6 +23,9 @@ using std::chrono::milliseconds;
 using fencegate::testing::EtcdCluster;
 using testing::FakeGateway;
 using Clock = std::chrono::steady_clock;
+using testing::Connect;
+using testing::PutRequest;
+using testing::ValueOf;
 
 // Slack on the bound of a call's duration, for a busy machine or a
 // sanitizer build: a bound catches a call that outlives its deadline by far
@@ -34,13 +38,6 @@ std::string ClosedEndpoint() {
   return "http://127.0.0.1:" + std::to_string(ports.at(0));
 }
 
-std::unique_ptr<EtcdClient> Connect(const EtcdClientOptions& options) {
-  std::unique_ptr<EtcdClient> client;
-  const Status s = EtcdClient::Open(options, &client);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return client;
-}
-
 // A request to the real etcd must not time out on a busy machine; the fake
 // members answer at once, or never (and then the test sets its timeout).
 std::unique_ptr<EtcdClient> Connect(std::vector<std::string> endpoints,
@@ -49,22 +46,6 @@ std::unique_ptr<EtcdClient> Connect(std::vector<std::string> endpoints,
   options.endpoints = std::move(endpoints);
   options.request_timeout = request_timeout;
   return Connect(options);
-}
-
-json PutRequest(const std::string& key, const std::string& value) {
-  return {{"key", EtcdClient::Base64(key)}, {"value", EtcdClient::Base64(value)}};
-}
-
-// The value stored under `key` (nullopt when absent), by a range.
-std::optional<std::string> ValueOf(EtcdClient& client, const std::string& key) {
-  json answer;
-  const Status s = client.Call("/v3/kv/range", {{"key", EtcdClient::Base64(key)}}, &answer, true);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!answer.contains("kvs")) return std::nullopt;
-  EXPECT_EQ(answer["kvs"].size(), 1u) << answer.dump();
-  std::string value;
-  EXPECT_TRUE(EtcdClient::FromBase64(answer["kvs"][0].value("value", ""), &value));
-  return value;
 }
 
 TEST(EtcdClientHelpers, Base64RoundTripsEveryByte) {

@@ -21,6 +21,7 @@
 #include "storage/etcd_client.h"
 #include "storage/etcd_store.h"
 #include "storage/export_import.h"
+#include "tests/storage/test_util.h"
 #include "tests/support/etcd_process.h"
 
 namespace fencegate::storage {
@@ -52,13 +53,11 @@ class RecordingTransport : public EtcdTransport {
   std::vector<std::pair<std::string, nlohmann::json>> requests_;
 };
 
-Fence RaiseSync(TokenStore& store, const std::string& key, uint64_t token) {
-  std::promise<Fence> p;
-  store.Raise(key, token, [&](const Status& s, Fence f) {
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    p.set_value(f);
-  });
-  return p.get_future().get();
+// Raises key to token, expecting success.
+Fence RaiseOk(TokenStore& store, const std::string& key, uint64_t token) {
+  const testing::FenceResult r = testing::RaiseSync(store, key, token);
+  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  return r.fence;
 }
 
 class EtcdExportTest : public ::testing::Test {
@@ -127,7 +126,7 @@ TEST_F(EtcdExportTest, ReadsEveryTokenPageByPageInByteOrder) {
   want[std::string("k\0ey\xff", 5)] = 0;
   want[std::string(EtcdStore::kMaxKeyBytes, 'z')] = UINT64_MAX;
   want["/objects/\xc3\xa9t\xc3\xa9"] = 7;
-  for (const auto& [key, token] : want) RaiseSync(*store, key, token);
+  for (const auto& [key, token] : want) RaiseOk(*store, key, token);
   ASSERT_TRUE(store->Close().ok());
   PutRaw(prefix_ + "i/a-record", "not a token, and not exported");
   PutRaw(prefix_ + "u/beside", "00000000000000000001");
@@ -163,7 +162,7 @@ TEST_F(EtcdExportTest, ReadsEveryTokenPageByPageInByteOrder) {
 // A page boundary that falls on the last key, one key, and nothing at all.
 TEST_F(EtcdExportTest, PagesThatEndExactlyAndEmptyPrefixes) {
   auto store = Store(prefix_);
-  for (int i = 0; i < 6; ++i) RaiseSync(*store, "/k" + std::to_string(i), i + 1);
+  for (int i = 0; i < 6; ++i) RaiseOk(*store, "/k" + std::to_string(i), i + 1);
   ASSERT_TRUE(store->Close().ok());
   for (const size_t page : {1, 2, 3, 6, 1000}) {
     RecordingTransport recording(Transport());
@@ -183,14 +182,14 @@ TEST_F(EtcdExportTest, PagesThatEndExactlyAndEmptyPrefixes) {
 // shows the store as it was when it began.
 TEST_F(EtcdExportTest, TheExportIsOneRevision) {
   auto store = Store(prefix_);
-  for (int i = 0; i < 6; ++i) RaiseSync(*store, "/k" + std::to_string(i), 10);
+  for (int i = 0; i < 6; ++i) RaiseOk(*store, "/k" + std::to_string(i), 10);
   auto transport = Transport();
   Tokens got;
   bool wrote = false;
   Status s = ForEachEtcdToken(*transport, prefix_, 2, [&](const std::string& key, uint64_t token) {
     if (!wrote) {
-      RaiseSync(*store, "/k5", 99);
-      RaiseSync(*store, "/k9", 99);
+      RaiseOk(*store, "/k5", 99);
+      RaiseOk(*store, "/k9", 99);
       wrote = true;
     }
     got.emplace_back(key, token);
@@ -209,8 +208,8 @@ TEST_F(EtcdExportTest, TheExportIsOneRevision) {
 // the key, bytes that are not printable escaped; nothing is skipped.
 TEST_F(EtcdExportTest, ADamagedValueIsAnErrorNamingTheKey) {
   auto store = Store(prefix_);
-  RaiseSync(*store, "/a", 1);
-  RaiseSync(*store, "/c", 3);
+  RaiseOk(*store, "/a", 1);
+  RaiseOk(*store, "/c", 3);
   ASSERT_TRUE(store->Close().ok());
   PutRaw(prefix_ + "t//b\x01", "12");
   auto transport = Transport();
@@ -234,8 +233,8 @@ TEST_F(EtcdExportTest, ADamagedValueIsAnErrorNamingTheKey) {
 // it into another prefix gives the same tokens back.
 TEST_F(EtcdExportTest, ExportStoreWritesLinesThatImportReadsBack) {
   auto store = Store(prefix_);
-  RaiseSync(*store, "/objects/a", 34);
-  RaiseSync(*store, std::string("bin\xff", 4), 5);
+  RaiseOk(*store, "/objects/a", 34);
+  RaiseOk(*store, std::string("bin\xff", 4), 5);
   ASSERT_TRUE(store->Close().ok());
   StoreOptions options;
   options.engine = "etcd";
