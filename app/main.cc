@@ -20,6 +20,8 @@
 #include "app/log_files.h"
 #include "app/route_explain.h"
 #include "app/sd_notify.h"
+#include "app/store_tools.h"
+#include "app/tree_entry.h"
 #include "app/server.h"
 #include "config/config.h"
 #include "config/log_paths.h"
@@ -55,32 +57,6 @@ std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
   return host + ":" + std::to_string(e.port());
 }
 
-// The store's options from the configuration: the etcd engine's password is
-// read from its file here, and `etcd_tls` (https endpoints) is not owned.
-// false + *error when the password cannot be read.
-bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_tls,
-                    storage::StoreOptions* options, std::string* error) {
-  options->engine = cfg.storage.engine;
-  options->path = cfg.storage.path;
-  options->durability = cfg.storage.durability == config::Durability::kSync
-                            ? storage::Durability::kSync
-                            : storage::Durability::kAsync;
-  const config::EtcdConfig& etcd = cfg.storage.etcd;
-  options->etcd.endpoints = etcd.endpoints;
-  options->etcd.prefix = etcd.prefix;
-  options->etcd.timeout = etcd.timeout;
-  options->etcd.tls = etcd_tls;
-  options->etcd.tls_server_name = etcd.tls.server_name;
-  options->etcd.username = etcd.username;
-  options->etcd.max_batch = etcd.max_batch;
-  if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
-    std::optional<std::string> password =
-        config::ReadSecretFile(cfg.source, etcd.password_file, "storage.etcd.password_file", error);
-    if (!password) return false;
-    options->etcd.password = std::move(*password);
-  }
-  return true;
-}
 
 // The process's environment, read at start and on reload (admin.token_env).
 // Nothing in fencegate sets a variable, so reading it from the reloading
@@ -91,13 +67,6 @@ std::optional<std::string> ProcessEnvironment(const std::string& name) {
   return std::string(value);
 }
 
-// Where the store is, for messages: its directory, or etcd's endpoints.
-std::string StoreWhere(const storage::StoreOptions& options) {
-  if (options.engine != "etcd") return options.path;
-  std::string out;
-  for (const std::string& e : options.etcd.endpoints) out += (out.empty() ? "" : ",") + e;
-  return out;
-}
 
 int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
           tls::Contexts tls) {
@@ -109,15 +78,25 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
   std::string options_error;
   // tls.etcd outlives the store: this function holds it to the end.
   const std::shared_ptr<boost::asio::ssl::context> etcd_tls = tls.etcd;
-  if (!StoreOptionsOf(*cfg, etcd_tls.get(), &options, &options_error)) {
+  if (!app::StoreOptionsOf(*cfg, etcd_tls.get(), &options, &options_error)) {
     spdlog::critical("{}", options_error);
+    return kExitRuntime;
+  }
+  // A store from before the tree of paths enters it, once (app/tree_entry.h):
+  // the embedded store before it opens; etcd beside the serving replica,
+  // which must start while etcd is down.
+  std::optional<app::TreeEntryBeside> entry_beside;
+  if (options.engine == "etcd") {
+    entry_beside.emplace(cfg->routes, options);
+  } else if (std::string error; !app::EnterTreeAtStart(cfg->routes, options, &error)) {
+    spdlog::critical("{}", error);
     return kExitRuntime;
   }
   storage::Status status;
   std::unique_ptr<storage::TokenStore> store = storage::OpenStore(options, &status);
   if (!store) {
     spdlog::critical("cannot open the token store ({} at {}): {}", options.engine,
-                     StoreWhere(options), status.ToString());
+                     app::StoreWhere(options), status.ToString());
     return kExitRuntime;
   }
   std::function<void(const storage::FaultSpec&)> set_faults;
@@ -170,7 +149,7 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
     if (options.engine == "etcd") {
       spdlog::info("fencegate {} proxying {} -> {} (store: etcd at {}, prefix {})",
                    FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()), cfg->upstream.url,
-                   StoreWhere(options), options.etcd.prefix);
+                   app::StoreWhere(options), options.etcd.prefix);
     } else {
       spdlog::info("fencegate {} proxying {} -> {} (store: {} at {}, durability {})",
                    FENCEGATE_VERSION, EndpointString(server.proxy_endpoint()),
@@ -180,6 +159,7 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
     server.Run();
     if (lock_server) lock_server->Stop();
   }
+  entry_beside.reset();
   storage::Status closed = store->Close();
   if (!closed.ok()) {
     spdlog::error("closing the token store: {}", closed.ToString());
@@ -190,105 +170,6 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
 }
 
 
-// `fencegate export` / `fencegate import`: back up or move fences
-// (storage/export_import.h). With rocksdb both open the data dir directly,
-// so they run while fencegate is stopped; with etcd they run beside the
-// replicas.
-void PrintStoreError(const char* what, const storage::StoreOptions& options,
-                     const storage::Status& status) {
-  std::cerr << "fencegate " << what << ": " << StoreWhere(options) << ": " << status.ToString()
-            << "\n";
-  if (status.code() == storage::Status::Code::kBusy && options.engine == "rocksdb") {
-    std::cerr << "fencegate " << what
-              << ": export and import open the token store directly; stop the fencegate that "
-                 "uses it first\n";
-  }
-}
-
-// The store's options for export and import, with the TLS context of https
-// etcd endpoints in *etcd_tls. false + *error when either cannot be made.
-bool ToolStoreOptions(const config::Config& cfg,
-                      std::shared_ptr<boost::asio::ssl::context>* etcd_tls,
-                      storage::StoreOptions* options, std::string* error) {
-  if (cfg.storage.engine == "etcd" && cfg.storage.etcd.https) {
-    *etcd_tls = tls::ClientContext(cfg.storage.etcd.tls, "storage.etcd.tls", cfg.source, error);
-    if (!*etcd_tls) return false;
-  }
-  return StoreOptionsOf(cfg, etcd_tls->get(), options, error);
-}
-
-int RunExport(const config::Config& cfg, const std::string& output) {
-  storage::StoreOptions options;
-  std::string options_error;
-  std::shared_ptr<boost::asio::ssl::context> etcd_tls;
-  if (!ToolStoreOptions(cfg, &etcd_tls, &options, &options_error)) {
-    std::cerr << "fencegate export: " << options_error << "\n";
-    return kExitRuntime;
-  }
-  std::ofstream file;
-  if (output != "-") {
-    file.open(output, std::ios::out | std::ios::trunc);
-    if (!file) {
-      std::cerr << "fencegate export: cannot write " << output << "\n";
-      return kExitRuntime;
-    }
-  }
-  std::ostream& out = output == "-" ? std::cout : file;
-  uint64_t count = 0;
-  storage::Status s = storage::ExportStore(options, out, &count);
-  if (!s.ok()) {
-    PrintStoreError("export", options, s);
-    return kExitRuntime;
-  }
-  std::cerr << "fencegate export: " << count << " keys from " << StoreWhere(options) << "\n";
-  return kExitOk;
-}
-
-int RunImport(const config::Config& cfg, const std::string& input) {
-  std::ifstream file;
-  if (input != "-") {
-    file.open(input);
-    if (!file) {
-      std::cerr << "fencegate import: cannot read " << input << "\n";
-      return kExitConfig;
-    }
-  }
-  std::istream& in = input == "-" ? std::cin : file;
-  std::vector<storage::TokenRecord> records;
-  // Everything is parsed before anything is applied: a bad line changes nothing.
-  if (storage::Status s = storage::ReadRecords(in, &records); !s.ok()) {
-    std::cerr << "fencegate import: " << (input == "-" ? "<stdin>" : input) << ": "
-              << s.message() << "; nothing was imported\n";
-    return kExitConfig;
-  }
-  storage::StoreOptions options;
-  std::string options_error;
-  std::shared_ptr<boost::asio::ssl::context> etcd_tls;
-  if (!ToolStoreOptions(cfg, &etcd_tls, &options, &options_error)) {
-    std::cerr << "fencegate import: " << options_error << "\n";
-    return kExitRuntime;
-  }
-  storage::Status status;
-  std::unique_ptr<storage::TokenStore> store = storage::OpenStore(options, &status);
-  if (!store) {
-    PrintStoreError("import", options, status);
-    return kExitRuntime;
-  }
-  storage::ImportSummary summary;
-  storage::Status imported = storage::ImportTokens(*store, records, &summary);
-  storage::Status closed = store->Close();
-  if (!imported.ok() || !closed.ok()) {
-    PrintStoreError("import", options, imported.ok() ? closed : imported);
-    std::cerr << "fencegate import: " << summary.records << " of " << records.size()
-              << " records were applied before the error (tokens only go up; run the import "
-                 "again)\n";
-    return kExitRuntime;
-  }
-  std::cerr << "fencegate import: " << summary.records << " records into " << StoreWhere(options)
-            << ": " << summary.at_imported << " now at the imported token, "
-            << summary.already_higher << " already higher (kept)\n";
-  return kExitOk;
-}
 
 int Main(int argc, char** argv) {
   CLI::App app{"fencegate: a fencing reverse proxy that refuses writes with stale lock tokens"};
@@ -314,6 +195,15 @@ int Main(int argc, char** argv) {
       "import", "raise tokens from JSON lines (never lowers; run while fencegate is stopped)");
   import_cmd->add_option("-c,--config", sub_config, "YAML configuration file (storage section)");
   import_cmd->add_option("-i,--input", import_input, "file to read, - for stdin (default)");
+  bool skip_unmapped = false;
+  CLI::App* enter_cmd = app.add_subcommand(
+      "enter-tree",
+      "enter the store's keys into the tree of paths, as the first start after an upgrade does "
+      "(run while fencegate is stopped)");
+  enter_cmd->add_option("-c,--config", sub_config, "YAML configuration file (storage, routes)");
+  enter_cmd->add_flag("--skip-unmapped", skip_unmapped,
+                      "enter the keys that map back to paths even though others may be the keys "
+                      "of routes that fence under other keys; leave those outside the tree");
   proxy::ExplainRequest explain;
   std::vector<std::string> explain_headers;
   bool explain_json = false;
@@ -337,10 +227,12 @@ int Main(int argc, char** argv) {
     std::cout << "fencegate " << FENCEGATE_VERSION << "\n";
     return kExitOk;
   }
-  const bool tool = export_cmd->parsed() || import_cmd->parsed() || route_cmd->parsed();
+  const bool tool = export_cmd->parsed() || import_cmd->parsed() || route_cmd->parsed() ||
+                    enter_cmd->parsed();
   if (tool && !sub_config.empty()) config_path = sub_config;
   if (tool && check) {
-    std::cerr << "fencegate: --check cannot be combined with export, import or route\n";
+    std::cerr << "fencegate: --check cannot be combined with export, import, route or "
+                 "enter-tree\n";
     return kExitConfig;
   }
   if (config_path.empty()) {
@@ -382,8 +274,9 @@ int Main(int argc, char** argv) {
     std::cout << (explain_json ? e.dump() + "\n" : proxy::FormatExplanation(e));
     return kExitOk;
   }
-  if (export_cmd->parsed()) return RunExport(*cfg, export_output);
-  if (import_cmd->parsed()) return RunImport(*cfg, import_input);
+  if (export_cmd->parsed()) return app::RunExport(*cfg, export_output);
+  if (import_cmd->parsed()) return app::RunImport(*cfg, import_input);
+  if (enter_cmd->parsed()) return app::RunEnterTree(*cfg, skip_unmapped);
   // SIGUSR1 (reopen the log files) and SIGHUP (reload) are held from here,
   // once the configuration has been read, until what acts on them exists:
   // one sent while a log file or the store opens (replaying a long WAL

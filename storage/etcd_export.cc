@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <utility>
 
 #include "storage/etcd_client.h"
@@ -44,23 +45,6 @@ std::string StringField(const json& object, const char* name) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// Bytes for a message: printable ASCII as it is, the rest as \xNN.
-std::string Escaped(std::string_view bytes) {
-  constexpr size_t kMax = 256;
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (const char c : bytes.substr(0, kMax)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '\\') {
-      out += c;
-    } else {
-      out.append("\\x").append(1, kDigits[u >> 4]).append(1, kDigits[u & 0xf]);
-    }
-  }
-  if (bytes.size() > kMax) out += "...";
-  return out;
-}
-
 Status NotARange(std::string_view what) {
   return Status::Corruption("etcd answered a range read without " + std::string(what));
 }
@@ -81,26 +65,34 @@ Status OpenEtcdTransport(const EtcdStoreSettings& settings, std::unique_ptr<Etcd
   return Status::Ok();
 }
 
-Status ForEachEtcdToken(EtcdTransport& transport, std::string_view prefix, size_t page_keys,
-                        const EtcdTokenVisitor& visit) {
+namespace {
+
+// What WalkRange hands on for each key: its etcd key (for messages), the
+// part after the range's base, and its value. Returns false to stop early,
+// or an error in *error to stop with it.
+using RawVisitor = std::function<bool(const std::string& etcd_key, std::string_view suffix,
+                                      const std::string& value, Status* error)>;
+
+// Every key under `base`, page by page at one revision (*revision: 0 reads
+// the first page linearizably and sets it to that page's revision).
+Status WalkRange(EtcdTransport& transport, const std::string& base, size_t page_keys,
+                 int64_t* revision, const RawVisitor& visit) {
   if (page_keys == 0) return Status::InvalidArgument("a page of 0 keys");
-  const std::string base = std::string(prefix) + "t/";
   const std::string end64 = EtcdClient::Base64(PrefixEnd(base));
   const std::string limit = std::to_string(page_keys);
   std::string from = base;
-  int64_t revision = 0;  // of the first page; every next page reads at it
   for (;;) {
     json request = {{"key", EtcdClient::Base64(from)}, {"range_end", end64}, {"limit", limit}};
-    if (revision != 0) request["revision"] = std::to_string(revision);
+    if (*revision != 0) request["revision"] = std::to_string(*revision);
     json response;
     if (Status s = transport.Call("/v3/kv/range", request, &response, /*retry_if_unknown=*/true);
         !s.ok()) {
       return s;
     }
     if (!response.is_object()) return NotARange("an object");
-    if (revision == 0) {
+    if (*revision == 0) {
       const json header = response.value("header", json::object());
-      if (!EtcdClient::Int64Field(header, "revision", &revision) || revision <= 0) {
+      if (!EtcdClient::Int64Field(header, "revision", revision) || *revision <= 0) {
         return NotARange("a revision");
       }
     }
@@ -114,20 +106,12 @@ Status ForEachEtcdToken(EtcdTransport& transport, std::string_view prefix, size_
         return NotARange("keys and values in Base64");
       }
       if (key.compare(0, base.size(), base) != 0 || key < from) {
-        return NotARange("its keys in the range asked, in order (etcd key '" + Escaped(key) + "')");
+        return NotARange("its keys in the range asked, in order (etcd key '" + PrintableKey(key) + "')");
       }
-      const std::string_view token_key = std::string_view(key).substr(base.size());
-      if (token_key.empty() || token_key.size() > EtcdStore::kMaxKeyBytes) {
-        return Status::Corruption("etcd key '" + Escaped(key) + "' holds no token's key (" +
-                                  std::to_string(token_key.size()) + " bytes after the prefix, "
-                                  "expected 1 to 1024)");
-      }
-      uint64_t token = 0;
-      if (!EtcdStore::DecodeToken(value, &token)) {
-        return Status::Corruption("etcd key '" + Escaped(key) + "' holds '" + Escaped(value) +
-                                  "', not a token (20 decimal digits)");
-      }
-      if (!visit(std::string(token_key), token)) return Status::Ok();
+      Status error;
+      const bool go_on = visit(key, std::string_view(key).substr(base.size()), value, &error);
+      if (!error.ok()) return error;
+      if (!go_on) return Status::Ok();
     }
     auto more = response.find("more");  // left out when false
     if (more == response.end() || !more->is_boolean() || !more->get<bool>()) return Status::Ok();
@@ -135,6 +119,47 @@ Status ForEachEtcdToken(EtcdTransport& transport, std::string_view prefix, size_
     from = key;
     from.push_back('\0');  // the first key after the last one read
   }
+}
+
+}  // namespace
+
+Status ForEachEtcdToken(EtcdTransport& transport, std::string_view prefix, size_t page_keys,
+                        const EtcdTokenVisitor& visit, int64_t* revision) {
+  int64_t own = 0;
+  return WalkRange(
+      transport, std::string(prefix) + "t/", page_keys, revision != nullptr ? revision : &own,
+      [&visit](const std::string& key, std::string_view token_key, const std::string& value,
+               Status* error) {
+        if (token_key.empty() || token_key.size() > EtcdStore::kMaxKeyBytes) {
+          *error = Status::Corruption("etcd key '" + PrintableKey(key) + "' holds no token's key (" +
+                                      std::to_string(token_key.size()) +
+                                      " bytes after the prefix, expected 1 to 1024)");
+          return false;
+        }
+        uint64_t token = 0;
+        if (!EtcdStore::DecodeToken(value, &token)) {
+          *error = Status::Corruption("etcd key '" + PrintableKey(key) + "' holds '" + PrintableKey(value) +
+                                      "', not a token (20 decimal digits)");
+          return false;
+        }
+        return visit(std::string(token_key), token);
+      });
+}
+
+Status ForEachEtcdNode(EtcdTransport& transport, std::string_view prefix, size_t page_keys,
+                       int64_t revision, const EtcdNodeVisitor& visit) {
+  TreeNode node;
+  return WalkRange(
+      transport, std::string(prefix) + "n/", page_keys, &revision,
+      [&](const std::string& key, std::string_view path, const std::string& value,
+          Status* error) {
+        if (!IsTreePath(path) || !DecodeTreeNode(value, &node)) {
+          *error = Status::Corruption("etcd key '" + PrintableKey(key) +
+                                      "' holds no node of the tree of paths");
+          return false;
+        }
+        return visit(std::string(path), node);
+      });
 }
 
 }  // namespace fencegate::storage

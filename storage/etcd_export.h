@@ -1,7 +1,8 @@
 #pragma once
-// Reading every token of the etcd engine, for `fencegate export`: the keys
-// under `<prefix>t/` exactly as EtcdStore writes them (etcd_store.h), page
-// by page, never in one unbounded read.
+// Reading every token and every node of the tree of paths of the etcd
+// engine, for `fencegate export`: the keys under `<prefix>t/` and
+// `<prefix>n/` exactly as EtcdStore writes them (etcd_store.h), page by
+// page, never in one unbounded read.
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "storage/etcd_store.h"
 #include "storage/token_store.h"
+#include "storage/tree.h"
 
 namespace fencegate::storage {
 
@@ -32,8 +34,19 @@ Status OpenEtcdTransport(const EtcdStoreSettings& settings, std::unique_ptr<Etcd
 // for a value that is not a token (20 digits), for a key that cannot be a
 // token's key (empty, or longer than EtcdStore::kMaxKeyBytes), and for an
 // answer that is not a range.
+//
+// revision: nullptr, or in and out: 0 on the way in reads as above and
+// sets it to the revision read at; otherwise every page reads at it.
 using EtcdTokenVisitor = std::function<bool(const std::string& key, uint64_t token)>;
 Status ForEachEtcdToken(EtcdTransport& transport, std::string_view prefix, size_t page_keys,
-                        const EtcdTokenVisitor& visit);
+                        const EtcdTokenVisitor& visit, int64_t* revision = nullptr);
+
+// Calls visit(path, node) for every node of the tree of paths under
+// `<prefix>n/`, in byte order of the paths, as ForEachEtcdToken, at
+// `revision` (0: the latest, linearizably). A key that is not a tree path
+// or a value that is not a node is Corruption naming the etcd key.
+using EtcdNodeVisitor = std::function<bool(const std::string& path, const TreeNode& node)>;
+Status ForEachEtcdNode(EtcdTransport& transport, std::string_view prefix, size_t page_keys,
+                       int64_t revision, const EtcdNodeVisitor& visit);
 
 }  // namespace fencegate::storage

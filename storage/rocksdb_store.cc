@@ -171,6 +171,29 @@ Status RocksDbStore::ForEach(const Visitor& visit) {
   return FromRocks(it->status(), "scanning the token store");
 }
 
+Status RocksDbStore::ForEachNode(const NodeVisitor& visit) {
+  std::shared_lock<std::shared_mutex> lock(db_mu_);
+  if (db_ == nullptr) {
+    return Status::Unavailable("token store is closed or reopening");
+  }
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;
+  ro.total_order_seek = true;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  const rocksdb::Slice prefix(kTreeKeyPrefix.data(), kTreeKeyPrefix.size());
+  TreeNode node;
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    const std::string path = it->key().ToString().substr(kTreeKeyPrefix.size());
+    if (!DecodeTreeNode(std::string_view(it->value().data(), it->value().size()), &node)) {
+      return Status::Corruption("the tree's record for path '" + Printable(path) +
+                                "' is not a node");
+    }
+    if (!visit(path, node)) return Status::Ok();
+  }
+  return FromRocks(it->status(), "scanning the tree of paths");
+}
+
 void RocksDbStore::ReaderLoop() {
   std::deque<ReadRequest> pending;
   for (;;) {

@@ -197,6 +197,12 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   using Visitor = std::function<bool(const std::string& key, uint64_t token)>;
   Status ForEach(const Visitor& visit);
 
+  // Calls visit(path, node) for every node of the tree of paths, in byte
+  // order of the paths, as ForEach (a snapshot, blocking, for offline
+  // tools). A record that is not a node stops the scan with Corruption.
+  using NodeVisitor = std::function<bool(const std::string& path, const TreeNode& node)>;
+  Status ForEachNode(const NodeVisitor& visit);
+
  private:
   using BatchRequest = rocksdb_support::BatchRequest;
   using WriteRequest = rocksdb_support::WriteRequest;

@@ -5,6 +5,21 @@
 
 namespace fencegate::storage {
 
+std::string PrintableKey(std::string_view bytes, size_t max) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes.substr(0, max)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out.append("\\x").append(1, kDigits[u >> 4]).append(1, kDigits[u & 0xf]);
+    }
+  }
+  if (bytes.size() > max) out += "...";
+  return out;
+}
+
 Status CheckTokenKey(std::string_view key, size_t max_key_bytes) {
   if (key.size() > max_key_bytes) {
     return Status::InvalidArgument("key is " + std::to_string(key.size()) +

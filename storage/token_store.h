@@ -81,6 +81,15 @@ inline std::string TreeKeyOf(std::string_view path) {
   k.append(path);
   return k;
 }
+// A token key like any other, which a store holds once its keys have been
+// entered into the tree of paths (app/tree_entry.h). It sorts before every
+// other key, so a scan of the keys meets it first; export carries it, so a
+// file says whether its keys entered the tree.
+inline constexpr std::string_view kTreeEnteredKey{"\0!tree-entered", 14};
+
+// A key (or any bytes) for a message: printable ASCII as it is, other
+// bytes and the backslash as \xNN, at most `max` bytes and then "...".
+std::string PrintableKey(std::string_view bytes, size_t max = 256);
 
 // What every engine refuses of one key: longer than max_key_bytes, or
 // beginning as the store's own records do. InvalidArgument naming it, or ok.

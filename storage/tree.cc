@@ -49,6 +49,10 @@ bool IsCanonical(std::string_view path) {
 
 }  // namespace
 
+bool IsTreePath(std::string_view path) {
+  return IsCanonical(path) && path.size() <= kMaxTreePathBytes && TreeDepth(path) <= kMaxTreeDepth;
+}
+
 std::string EncodeTreeNode(const TreeNode& node) {
   std::string out;
   out.push_back(kNodeVersion);

@@ -89,6 +89,11 @@ inline constexpr size_t kMaxTreePathBytes = 16384;
 std::string EncodeTreeNode(const TreeNode& node);
 bool DecodeTreeNode(std::string_view in, TreeNode* node);
 
+// A path a tree write may target: canonical ("/" or "/a/b": no empty
+// segment, no trailing slash), at most kMaxTreeDepth segments and
+// kMaxTreePathBytes bytes.
+bool IsTreePath(std::string_view path);
+
 // The strict ancestors of a canonical path, root first: "/a/b" -> "/", "/a".
 std::vector<std::string_view> TreeAncestors(std::string_view path);
 // Segments of a canonical path: "/" 0, "/a/b" 2.

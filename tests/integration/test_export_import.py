@@ -12,6 +12,10 @@ import urllib.request
 from fg_helpers import ETCD_TIMERS, IO_TIMEOUT, START_TIMEOUT, admin_key_path, assert_json_error
 
 
+# The line of the key a store holds once its keys entered the tree of paths.
+MARKER = '{"key":"\\u0000!tree-entered","token":1}\n'
+
+
 def tool(binary, *args, stdin=None):
     return subprocess.run([binary, *args], capture_output=True, text=True, input=stdin,
                           timeout=START_TIMEOUT)
@@ -38,12 +42,19 @@ def test_export_then_import_moves_the_fence(make_gate, fencegate_bin, tmp_path):
     p = tool(fencegate_bin, "export", "--config", src.config_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
+    # The store's marker (its keys entered the tree), the keys, then the
+    # paths of the tree that the writes left (a PUT may replace a
+    # collection: a subtree write).
     assert [json.loads(x) for x in lines] == [
+        {"key": "\0!tree-entered", "token": 1},
         {"key": "/objects/a", "token": 10},
         {"key": "/objects/b", "token": 20},
         {"key": "/objects/c", "token": 5},
+        {"path": "/objects/a", "key": "/objects/a", "token": 10, "subtree": 10},
+        {"path": "/objects/b", "key": "/objects/b", "token": 20, "subtree": 20},
+        {"path": "/objects/c", "key": "/objects/c", "token": 5, "subtree": 5},
     ]
-    assert "3 keys" in p.stderr, p.stderr
+    assert "3 keys and 3 paths" in p.stderr, p.stderr
     backup = tmp_path / "backup.jsonl"
     p = tool(fencegate_bin, "export", "--config", src.config_path, "--output", str(backup))
     assert p.returncode == 0, p.stderr
@@ -55,7 +66,8 @@ def test_export_then_import_moves_the_fence(make_gate, fencegate_bin, tmp_path):
     assert dst.stop() == 0
     p = tool(fencegate_bin, "import", "--config", dst.config_path, "--input", str(backup))
     assert p.returncode == 0, p.stderr
-    assert "3 records" in p.stderr and "1 already higher" in p.stderr, p.stderr
+    assert "7 records" in p.stderr and "1 already higher" in p.stderr, p.stderr
+    assert "3 paths of the tree" in p.stderr, p.stderr
 
     dst.start()
     assert stored(dst, "/objects/a") == 10
@@ -75,8 +87,13 @@ def test_import_from_stdin_and_hex_keys(make_gate, fencegate_bin):
     assert stored(gate, "/objects/y") == 3
     assert gate.stop() == 0
     p = tool(fencegate_bin, "export", "--config", gate.config_path)
-    assert p.stdout.splitlines() == ['{"key":"/objects/x","token":18446744073709551615}',
-                                     '{"key":"/objects/y","token":3}']
+    # Keys from a file without the marker entered the tree as they came.
+    assert p.stdout.splitlines() == [
+        MARKER.strip(),
+        '{"key":"/objects/x","token":18446744073709551615}',
+        '{"key":"/objects/y","token":3}',
+        '{"path":"/objects/x","key":"/objects/x","token":18446744073709551615}',
+        '{"path":"/objects/y","key":"/objects/y","token":3}']
 
 
 def test_bad_line_names_its_number_and_applies_nothing(make_gate, fencegate_bin, tmp_path):
@@ -129,13 +146,20 @@ def etcd_revision(etcd):
 def test_etcd_max_batch_is_the_keys_per_transaction(make_gate, fencegate_bin, etcd):
     """Import queues many raises at once: each transaction that writes is
     one etcd revision, so the revisions count the transactions."""
-    records = "".join(json.dumps({"key": f"/objects/{i}", "token": 1}) + "\n"
-                      for i in range(200))
+    # The file says its keys entered the tree (the marker line), so the
+    # import raises the keys and nothing else.
+    records = MARKER + "".join(json.dumps({"key": f"/objects/{i}", "token": 1}) + "\n"
+                               for i in range(200))
     counted = {}
     for max_batch in (1, 40):
         storage = etcd_storage(etcd, f"fg-batch-{max_batch}/")
         storage["etcd"]["max_batch"] = max_batch
         gate = make_gate(name=f"batch-{max_batch}", start=False, storage=storage)
+        # A new store enters the tree (it has nothing to enter) before the
+        # first import into it.
+        p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", "-",
+                 stdin=MARKER)
+        assert p.returncode == 0, p.stderr
         before = etcd_revision(etcd)
         p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", "-",
                  stdin=records)
@@ -162,10 +186,13 @@ def test_export_from_etcd_imports_into_rocksdb_and_another_prefix(make_gate, fen
     # The etcd engine is exported while the replica that uses it runs.
     p = tool(fencegate_bin, "export", "--config", src.config_path)
     assert p.returncode == 0, p.stderr
-    want = sorted({**advanced, **bulk}.items(), key=lambda kv: kv[0].encode())
-    assert [json.loads(x) for x in p.stdout.splitlines()] == [{"key": k, "token": t}
-                                                             for k, t in want]
-    assert f"{len(want)} keys" in p.stderr, p.stderr
+    want = sorted({**advanced, **bulk, "\0!tree-entered": 1}.items(),
+                  key=lambda kv: kv[0].encode())
+    paths = sorted(advanced.items(), key=lambda kv: kv[0].encode())
+    assert [json.loads(x) for x in p.stdout.splitlines()] == \
+        [{"key": k, "token": t} for k, t in want] + \
+        [{"path": k, "key": k, "token": t, "subtree": t} for k, t in paths]
+    assert f"{len(want) - 1} keys and {len(paths)} paths" in p.stderr, p.stderr  # not the marker
     backup = tmp_path / "etcd-backup.jsonl"
     backup.write_text(p.stdout)
 
@@ -176,7 +203,7 @@ def test_export_from_etcd_imports_into_rocksdb_and_another_prefix(make_gate, fen
     for gate in (rocks, other):
         p = tool(fencegate_bin, "import", "--config", gate.config_path, "--input", str(backup))
         assert p.returncode == 0, p.stderr
-        assert f"{len(want)} records" in p.stderr, p.stderr
+        assert f"{len(want) + len(paths)} records" in p.stderr, p.stderr
         p = tool(fencegate_bin, "export", "--config", gate.config_path)
         assert p.returncode == 0, p.stderr
         assert p.stdout == backup.read_text()

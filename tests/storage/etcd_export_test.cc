@@ -235,17 +235,29 @@ TEST_F(EtcdExportTest, ExportStoreWritesLinesThatImportReadsBack) {
   auto store = Store(prefix_);
   RaiseOk(*store, "/objects/a", 34);
   RaiseOk(*store, std::string("bin\xff", 4), 5);
+  TreeWrite tree;  // a collection DELETE of /objects/d
+  tree.keys = {"/objects/d"};
+  tree.token = 35;
+  tree.targets = {TreeTarget{"/objects/d", "/objects/d", /*subtree=*/true, Nesting::kPerKey}};
+  ASSERT_EQ(testing::AdvanceTreeSync(*store, tree).verdict.kind, TreeVerdict::Kind::kAccepted);
+  const testing::NodeResult node = testing::GetNodeSync(*store, "/objects/d");
+  const testing::NodeResult root = testing::GetNodeSync(*store, "/");
+  ASSERT_TRUE(node.node.has_value() && root.node.has_value());
   ASSERT_TRUE(store->Close().ok());
   StoreOptions options;
   options.engine = "etcd";
   options.etcd = Settings(prefix_);
   std::ostringstream out;
-  uint64_t count = 0;
+  ExportSummary count;
   Status s = ExportStore(options, out, &count);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(count, 2u);
+  EXPECT_EQ(count.keys, 3u);
+  EXPECT_EQ(count.paths, 1u);
   EXPECT_EQ(out.str(),
-            "{\"key\":\"/objects/a\",\"token\":34}\n{\"key_hex\":\"62696eff\",\"token\":5}\n");
+            "{\"key\":\"/objects/a\",\"token\":34}\n"
+            "{\"key\":\"/objects/d\",\"token\":35}\n"
+            "{\"key_hex\":\"62696eff\",\"token\":5}\n"
+            "{\"path\":\"/objects/d\",\"key\":\"/objects/d\",\"token\":35,\"subtree\":35}\n");
 
   std::istringstream in(out.str());
   std::vector<TokenRecord> records;
@@ -253,7 +265,10 @@ TEST_F(EtcdExportTest, ExportStoreWritesLinesThatImportReadsBack) {
   auto copy = Store(prefix_ + "copy/");
   ImportSummary summary;
   ASSERT_TRUE(ImportTokens(*copy, records, &summary).ok());
-  EXPECT_EQ(summary.at_imported, 2u);
+  EXPECT_EQ(summary.at_imported, 3u);
+  EXPECT_EQ(summary.paths, 1u);
+  EXPECT_EQ(testing::GetNodeSync(*copy, "/objects/d").node, node.node);
+  EXPECT_EQ(testing::GetNodeSync(*copy, "/").node, root.node);
   ASSERT_TRUE(copy->Close().ok());
   auto transport = Transport();
   Tokens original;
@@ -270,7 +285,7 @@ TEST(EtcdExportDown, AnEtcdThatDoesNotAnswerIsUnavailable) {
   options.etcd.endpoints = {"http://127.0.0.1:" + std::to_string(ports[0])};
   options.etcd.timeout = std::chrono::milliseconds(200);
   std::ostringstream out;
-  uint64_t count = 0;
+  ExportSummary count;
   Status s = ExportStore(options, out, &count);
   EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s.ToString();
   EXPECT_EQ(out.str(), "");

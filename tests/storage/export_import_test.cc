@@ -2,7 +2,9 @@
 
 #include "storage/export_import.h"
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,17 +20,54 @@ namespace fencegate::storage {
 namespace {
 
 using testing::AdvanceSync;
+using testing::AdvanceTreeSync;
+using testing::GetNodeSync;
 using testing::GetSync;
 using testing::OpenRocks;
 using testing::RaiseSync;
 using testing::TempDir;
 
 TEST(ExportImportTest, FormatIsOneJsonObjectPerKey) {
-  EXPECT_EQ(FormatRecord({"/objects/a", 34}), R"({"key":"/objects/a","token":34})");
-  EXPECT_EQ(FormatRecord({"k", 18446744073709551615ull}),
+  EXPECT_EQ(FormatRecord({"/objects/a", 34, {}, {}}), R"({"key":"/objects/a","token":34})");
+  EXPECT_EQ(FormatRecord({"k", 18446744073709551615ull, {}, {}}),
             R"({"key":"k","token":18446744073709551615})");
   // Not UTF-8: hex, never mangled.
-  EXPECT_EQ(FormatRecord({std::string("a\xff", 2), 1}), R"({"key_hex":"61ff","token":1})");
+  EXPECT_EQ(FormatRecord({std::string("a\xff", 2), 1, {}, {}}), R"({"key_hex":"61ff","token":1})");
+}
+
+TEST(ExportImportTest, APathRecordNamesThePathFirstAndItsSubtreeWriteLast) {
+  EXPECT_EQ(FormatRecord({"/objects/d", 34, "/objects/d", {}}),
+            R"({"path":"/objects/d","key":"/objects/d","token":34})");
+  EXPECT_EQ(FormatRecord({"tenant/acme", 35, "/tenants/acme", 35}),
+            R"({"path":"/tenants/acme","key":"tenant/acme","token":35,"subtree":35})");
+  EXPECT_EQ(FormatRecord({"k", 1, std::string("/a\xff", 3), {}}),
+            R"({"path_hex":"2f61ff","key":"k","token":1})");
+
+  TokenRecord r;
+  bool blank = false;
+  ASSERT_TRUE(ParseRecord(R"({"path":"/t/a","key":"t","token":9,"subtree":4})", &r, &blank).ok());
+  EXPECT_EQ(r.path, "/t/a");
+  EXPECT_EQ(r.key, "t");
+  EXPECT_EQ(r.token, 9u);
+  EXPECT_EQ(r.subtree, std::optional<uint64_t>(4));
+  ASSERT_TRUE(ParseRecord(R"({"path_hex":"2f61ff","key":"k","token":1})", &r, &blank).ok());
+  EXPECT_EQ(r.path, std::string("/a\xff", 3));
+  EXPECT_EQ(r.subtree, std::nullopt);
+  for (const char* bad : {
+           R"({"key":"k","token":1,"subtree":1})",                 // subtree without a path
+           R"({"path":"/a/","key":"k","token":1})",                // a trailing slash
+           R"({"path":"a","key":"k","token":1})",                  // not absolute
+           R"({"path":"/a//b","key":"k","token":1})",              // an empty segment
+           R"({"path":"/a","path_hex":"2f61","key":"k","token":1})",  // both path forms
+           R"({"path_hex":"2f6","key":"k","token":1})",            // odd hex
+           R"({"path":"/a","token":1})",                           // no key
+           R"({"path":"/a","key":"k","token":1,"subtree":-2})",    // negative
+       }) {
+    EXPECT_FALSE(ParseRecord(bad, &r, &blank).ok()) << bad;
+  }
+  std::string deep;
+  for (size_t i = 0; i <= kMaxTreeDepth; ++i) deep += "/s";
+  EXPECT_FALSE(ParseRecord(R"({"path":")" + deep + R"(","key":"k","token":1})", &r, &blank).ok());
 }
 
 TEST(ExportImportTest, ParseAcceptsBothKeyFormsAndBlankLines) {
@@ -76,7 +115,7 @@ TEST(ExportImportTest, ParseRefusesBadRecords) {
 
 TEST(ExportImportTest, ReadRecordsNamesTheBadLineAndReturnsNothing) {
   std::istringstream in("{\"key\":\"/a\",\"token\":1}\n\n{\"key\":\"/b\",\"token\":x}\n");
-  std::vector<TokenRecord> records{{"stale", 1}};
+  std::vector<TokenRecord> records{{"stale", 1, {}, {}}};
   Status s = ReadRecords(in, &records);
   ASSERT_EQ(s.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(s.message().find("line 3"), std::string::npos) << s.message();
@@ -93,9 +132,10 @@ TEST(ExportImportTest, ExportThenImportRoundTripsAndOnlyRaises) {
     ASSERT_TRUE(AdvanceSync(*store, "/objects/a", 10).status.ok());
     ASSERT_TRUE(AdvanceSync(*store, std::string("\x01\xfe", 2), 3).status.ok());
     std::ostringstream out;
-    uint64_t count = 0;
+    ExportSummary count;
     ASSERT_TRUE(ExportTokens(*store, out, &count).ok());
-    EXPECT_EQ(count, 3u);
+    EXPECT_EQ(count.keys, 3u);
+    EXPECT_EQ(count.paths, 0u);
     exported = out.str();
   }
   EXPECT_EQ(exported,
@@ -119,12 +159,88 @@ TEST(ExportImportTest, ExportThenImportRoundTripsAndOnlyRaises) {
   EXPECT_EQ(GetSync(*target, std::string("\x01\xfe", 2)).value, std::optional<uint64_t>(3));
 }
 
+// The tree of paths travels with the keys: what a store exported decides a
+// write over nested paths the same way in the store it is imported into.
+TEST(ExportImportTest, TheTreeRoundTripsAndDecidesAsBefore) {
+  TempDir dir;
+  auto write = [](std::string key, uint64_t token, std::string path, bool subtree,
+                  Nesting nesting = Nesting::kPerKey) {
+    TreeWrite w;
+    w.keys = {key};
+    w.token = token;
+    w.targets = {TreeTarget{std::move(path), std::move(key), subtree, nesting}};
+    return w;
+  };
+  const std::vector<TreeWrite> writes = {
+      write("/objects/d/x", 5, "/objects/d/x", false),
+      write("/objects/d", 7, "/objects/d", true, Nesting::kShared),  // a collection DELETE
+      write("/objects/d", 8, "/objects/d", false),
+      write("tenant/acme", 3, "/tenants/acme/inv/7", false),
+  };
+  std::string exported;
+  auto source = OpenRocks(dir.Sub("a"));
+  ASSERT_NE(source, nullptr);
+  for (const TreeWrite& w : writes) {
+    ASSERT_EQ(AdvanceTreeSync(*source, w).verdict.kind, TreeVerdict::Kind::kAccepted);
+  }
+  {
+    std::ostringstream out;
+    ExportSummary count;
+    ASSERT_TRUE(ExportTokens(*source, out, &count).ok());
+    EXPECT_EQ(count.keys, 3u);
+    EXPECT_EQ(count.paths, 3u);  // the fenced paths, not their ancestors
+    exported = out.str();
+  }
+  EXPECT_EQ(exported,
+            "{\"key\":\"/objects/d\",\"token\":8}\n"
+            "{\"key\":\"/objects/d/x\",\"token\":5}\n"
+            "{\"key\":\"tenant/acme\",\"token\":3}\n"
+            "{\"path\":\"/objects/d\",\"key\":\"/objects/d\",\"token\":8,\"subtree\":7}\n"
+            "{\"path\":\"/objects/d/x\",\"key\":\"/objects/d/x\",\"token\":5}\n"
+            "{\"path\":\"/tenants/acme/inv/7\",\"key\":\"tenant/acme\",\"token\":3}\n");
+
+  auto target = OpenRocks(dir.Sub("b"));
+  ASSERT_NE(target, nullptr);
+  std::istringstream in(exported);
+  std::vector<TokenRecord> records;
+  ASSERT_TRUE(ReadRecords(in, &records).ok());
+  ImportSummary summary;
+  ASSERT_TRUE(ImportTokens(*target, records, &summary).ok());
+  EXPECT_EQ(summary.records, 6u);
+  EXPECT_EQ(summary.paths, 3u);
+  // Every node as the source has it, the ancestors' summaries included (the
+  // keys below in any order: import raises paths side by side).
+  auto sorted = [](std::optional<TreeNode> node) {
+    if (node) {
+      std::sort(node->below_keys.begin(), node->below_keys.end(),
+                [](const TreeNode::Below& a, const TreeNode::Below& b) { return a.key < b.key; });
+    }
+    return node;
+  };
+  for (const std::string path : {"/", "/objects", "/objects/d", "/objects/d/x", "/tenants",
+                                 "/tenants/acme", "/tenants/acme/inv", "/tenants/acme/inv/7"}) {
+    const testing::NodeResult want = GetNodeSync(*source, path);
+    const testing::NodeResult got = GetNodeSync(*target, path);
+    ASSERT_TRUE(want.status.ok() && got.status.ok()) << path;
+    ASSERT_TRUE(want.node.has_value()) << path;
+    EXPECT_EQ(sorted(got.node), sorted(want.node)) << path;
+  }
+  // A collection DELETE above members of other keys: refused in both.
+  for (TokenStore* store : {static_cast<TokenStore*>(source.get()),
+                            static_cast<TokenStore*>(target.get())}) {
+    EXPECT_EQ(AdvanceTreeSync(*store, write("/objects", 100, "/objects", true)).verdict.kind,
+              TreeVerdict::Kind::kNestedKeys);
+    EXPECT_EQ(AdvanceTreeSync(*store, write("/objects/d", 6, "/objects/d/y", false)).verdict.kind,
+              TreeVerdict::Kind::kStaleKey);
+  }
+}
+
 TEST(ExportImportTest, ImportOfManyRecordsBoundsWhatIsInFlight) {
   TempDir dir;
   auto store = OpenRocks(dir.path(), Durability::kAsync);
   ASSERT_NE(store, nullptr);
   std::vector<TokenRecord> records;
-  for (int i = 0; i < 5000; ++i) records.push_back({"/k/" + std::to_string(i % 700), 1u + i});
+  for (int i = 0; i < 5000; ++i) records.push_back({"/k/" + std::to_string(i % 700), 1u + i, {}, {}});
   ImportSummary summary;
   ASSERT_TRUE(ImportTokens(*store, records, &summary).ok());
   EXPECT_EQ(summary.records, 5000u);
@@ -138,7 +254,7 @@ TEST(ExportImportTest, ImportStopsAtTheFirstStoreError) {
   ASSERT_NE(base, nullptr);
   FaultInjectingStore store(std::move(base));
   store.SetFaults(FaultSpec{.fail_writes = true});
-  std::vector<TokenRecord> records{{"/a", 1}, {"/b", 2}};
+  std::vector<TokenRecord> records{{"/a", 1, {}, {}}, {"/b", 2, {}, {}}};
   ImportSummary summary;
   Status s = ImportTokens(store, records, &summary);
   EXPECT_EQ(s.code(), Status::Code::kIoError);
@@ -159,7 +275,7 @@ TEST(ExportImportTest, ExportReportsAWrongSizedValueAsCorruption) {
   auto store = OpenRocks(dir.path());
   ASSERT_NE(store, nullptr);
   std::ostringstream out;
-  uint64_t count = 0;
+  ExportSummary count;
   Status s = ExportTokens(*store, out, &count);
   EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("'bad'"), std::string::npos) << s.message();
@@ -172,7 +288,7 @@ TEST(ExportImportTest, ExportOfAClosedStoreIsUnavailable) {
   ASSERT_TRUE(RaiseSync(*store, "/ok", 1).status.ok());
   ASSERT_TRUE(store->Close().ok());
   std::ostringstream out;
-  uint64_t count = 0;
+  ExportSummary count;
   EXPECT_EQ(ExportTokens(*store, out, &count).code(), Status::Code::kUnavailable);
 }
 
