@@ -193,9 +193,11 @@ bool EnterTreeAtStart(const std::vector<config::RouteConfig>& routes,
 
 TreeEntryBeside::TreeEntryBeside(const std::vector<config::RouteConfig>& routes,
                                  const storage::StoreOptions& options)
-    : options_(options) {
-  std::string error;
-  router_ = proxy::Router::Build(routes, &error);  // the configuration was checked
+    : router_([&routes] {
+        std::string error;
+        return proxy::Router::Build(routes, &error);  // the configuration was checked
+      }()),
+      options_(options) {
   if (router_) thread_ = std::thread([this] { Run(); });
 }
 
