@@ -8,6 +8,8 @@
 --              (one lock holder writing many times: equal tokens are accepted).
 --   MODE plain: as keys, under /plain/ (no fenced route: pass-through), to
 --              measure the same PUT without fencing.
+--   MODE deep: as keys, with 4-segment paths (/objects/t<thread>/d<n % 16>/k<n>):
+--              the tree of paths reads and writes a node per segment.
 -- BASE must grow between runs against the same store (run.py passes one).
 -- START (default 0): the first key number of each thread, so that a run can
 -- go on with the keys where an earlier one stopped.
@@ -44,7 +46,12 @@ function request()
     headers["Fencing-Token"] = string.format("%.0f", base)
   else
     local prefix = mode == "plain" and "/plain" or "/objects"
-    path = string.format("%s/t%d/k%d", prefix, id, counter % nkeys)
+    local n = counter % nkeys
+    if mode == "deep" then
+      path = string.format("%s/t%d/d%d/k%d", prefix, id, n % 16, n)
+    else
+      path = string.format("%s/t%d/k%d", prefix, id, n)
+    end
     headers["Fencing-Token"] = string.format("%.0f", base + counter)
   end
   return wrk.format("PUT", path, headers, body)

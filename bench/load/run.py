@@ -115,7 +115,7 @@ PAIRED_SAME = {"idem_post": ("fg_fenced", "put_async"), "idem_replay": ("fg_get"
 IDEMPOTENT = ("idem_post", "idem_replay")
 # idem_replay's keys, each stored once before the timed runs.
 REPLAY_KEYS = 100
-BODY_BYTES = {"put_pass": 16, "put_async": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
+BODY_BYTES = {"put_pass": 16, "put_async": 16, "put_deep": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
               "put_1m": 1 << 20, "idem_post": 16, "idem_replay": 16}
 # The fencegate processes' own targets: their CPU is fencegate's.
 FG_TARGETS = ("fencegate", "fg_pass", "fg_fenced", "fg_get")
@@ -248,15 +248,17 @@ class Fencegate(fencegate_proc.Fencegate):
 
     def __init__(self, procs, binary, work, name, threads, backend_port, durability,
                  access_log, max_conns=20000, wrapper=(), ready_secs=30, log_level="warn",
-                 idempotent=False, storage=None):
+                 idempotent=False, storage=None, nesting=None):
         # wrapper: argv run in front of the binary (instructions.py: valgrind),
         # which may slow the start: ready_secs bounds the wait for "listening".
         # idempotent: a second route, /pay/, with idempotency keys (1 h
         # window) and no fencing, after the fenced one. storage: the config's
-        # storage section instead of RocksDB in the work dir.
+        # storage section instead of RocksDB in the work dir. nesting: the
+        # fenced route's (per_key, the default, when None).
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
-        routes = [{"name": "objects", "path_prefix": "/objects/", "mode": "enforce"}]
+        routes = [{"name": "objects", "path_prefix": "/objects/", "mode": "enforce",
+                   **({"nesting": nesting} if nesting else {})}]
         if idempotent:
             routes.append({"name": "pay", "path_prefix": "/pay/", "mode": "off",
                            "idempotency": "1h"})
@@ -510,7 +512,7 @@ def run_wrk(args, url, scenario, conns, duration):
         base = time.time_ns() // 1000  # new keys in every run
         script, extra = "idem.lua", [mode, str(base), str(nkeys), str(BODY_BYTES[scenario])]
     else:
-        mode = {"put_hot": "hot", "put_pass": "plain"}.get(scenario, "keys")
+        mode = {"put_hot": "hot", "put_pass": "plain", "put_deep": "deep"}.get(scenario, "keys")
         base = time.time_ns() // 1000  # grows between runs: tokens never go down
         script, extra = "put.lua", [mode, str(base), "10000", str(BODY_BYTES[scenario])]
     argv = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{duration}s",
@@ -683,6 +685,11 @@ def target_verdicts(res):
         if c == ETCD_GOAL[0] and "one_txn" in row.get("rounds", {}):
             add("etcd r/s, batched / one txn per write", c,
                 per_round(row, "batched", "one_txn"), ETCD_GOAL[1], True)
+    # The tree of paths: at least 0.9 of the flat fence at 64 connections.
+    for c, row in res.get("put_tree", {}).items():
+        if c == TREE_GOAL[0] and "flat" in row.get("rounds", {}):
+            add("tree r/s / nesting: off, 4-segment paths", c, per_round(row, "tree", "flat"),
+                TREE_GOAL[1], True)
     return rows
 
 
@@ -774,6 +781,14 @@ ETCD_VARIANTS = (("batched", 40), ("one_txn", 1))
 # Its goal (docs/performance.md): batched at least 5x one transaction per
 # write at 64 connections.
 ETCD_GOAL = ("64", 5.0)
+# put_tree's targets: fencegate on RocksDB (async) with the tree of paths
+# (nesting per_key, the default) and with nesting: off (the flat fence).
+TREE_VARIANTS = (("tree", "per_key"), ("flat", "off"))
+# Its goal (docs/performance.md): the tree keeps at least 0.9 of the flat
+# fence's r/s at 64 connections.
+TREE_GOAL = ("64", 0.9)
+# A key put.lua's deep mode writes in every run.
+DEEP_KEY = "/objects/t0/d5/k5"
 
 
 def check_run(problems, what, r):
@@ -790,19 +805,69 @@ def check_run(problems, what, r):
         problems.append(f"{what}: socket errors {e}")
 
 
+def measure_variants(args, label, gates, scenario, concs, problems, num, den, others=()):
+    """Runs `scenario` through each fencegate of `gates` (variant -> Fencegate),
+    the variants interleaved round by round (round_order) at every point of
+    `concs`. Each run records fencegate's CPU per request, and with `others`
+    (pids: the etcd members) theirs as others_cpu_us_per_request. Returns the
+    rows by connections, as the scenarios' (a summary per variant, the
+    rounds, the paired ratio num/den under "paired")."""
+    names = tuple(gates)
+    results = {}
+    for c in concs:
+        rounds = {t: [] for t in names}
+        for rnd in range(args.rounds):
+            for t in round_order(names, rnd, args.order):
+                pids = [gates[t].pid]
+                ticks, _ = cpu_ticks_and_faults(pids)
+                other_ticks, _ = cpu_ticks_and_faults(others) if others else (0, 0)
+                r = run_wrk(args, f"http://127.0.0.1:{gates[t].port}", scenario, c, args.duration)
+                if r.get("requests"):
+                    ticks_after, _ = cpu_ticks_and_faults(pids)
+                    r["cpu_us_per_request"] = round(
+                        (ticks_after - ticks) / CLK_TCK * 1e6 / r["requests"], 2)
+                    if others:
+                        other_after, _ = cpu_ticks_and_faults(others)
+                        r["others_cpu_us_per_request"] = round(
+                            (other_after - other_ticks) / CLK_TCK * 1e6 / r["requests"], 2)
+                rounds[t].append(r)
+                check_run(problems, f"{label} c={c} {t}", r)
+                log(f"{label}  c={c:<4} round {rnd + 1} {t:<9} "
+                    f"{r.get('rps', 0):10.0f} r/s, CPU {r.get('cpu_us_per_request', '-')} "
+                    f"us/req" + (f", others {r.get('others_cpu_us_per_request', '-')} us/req"
+                                 if others else ""))
+        row = {t: summarize(rounds[t]) for t in names}
+        for t in names:
+            row[t]["others_cpu_us_per_request"] = statistics.mean(
+                [r["others_cpu_us_per_request"] for r in rounds[t]
+                 if "others_cpu_us_per_request" in r] or [0])
+        row["rounds"] = rounds
+        row["paired"] = {f"{num}_over_{den}_rps": paired(rounds, num, den)}
+        results[str(c)] = row
+    return results
+
+
+def check_stored(problems, label, gates, key):
+    """Each gate holds a token for `key` (its runs were fenced and stored)."""
+    results = {}
+    for t, gate in gates.items():
+        tok = gate.stored_token(key)
+        results[f"stored_token_check_{t}"] = tok
+        if not tok or tok < 1:
+            problems.append(f"{label} {t}: no token stored for {key}: {tok}")
+    return results
+
+
 def measure_etcd_cluster(args, procs, work, backend_port, concs, problems):
-    """put_etcd: fenced PUTs to distinct keys (put.lua keys, 16-byte bodies)
-    through one fencegate on a three-member etcd cluster
-    (fencegate_proc.EtcdCluster, data in the work dir), for each variant of
-    ETCD_VARIANTS, the variants interleaved round by round (round_order) at
-    every point of `concs`. Each run records fencegate's and the etcd
-    members' CPU per request. Returns the rows by connections, as the
-    scenarios' (a summary per target, the rounds, the paired ratio)."""
+    """put_etcd: fenced PUTs to distinct keys (put.lua keys, or deep with
+    --deep-paths; 16-byte bodies) through one fencegate on a three-member
+    etcd cluster (fencegate_proc.EtcdCluster, data in the work dir), for each
+    variant of ETCD_VARIANTS, interleaved (measure_variants), with the etcd
+    members' CPU per request."""
     os.makedirs(os.path.join(work, "etcd"))
     cluster = fencegate_proc.EtcdCluster(procs, os.path.join(work, "etcd")).start()
     members = [m.proc.pid for m in cluster.members]
     gates = {}
-    results = {}
     try:
         for name, max_batch in ETCD_VARIANTS:
             storage = {"engine": "etcd",
@@ -811,41 +876,12 @@ def measure_etcd_cluster(args, procs, work, backend_port, concs, problems):
             gates[name] = Fencegate(procs, args.fencegate, work, f"fg-etcd-{name}",
                                     args.threads, backend_port, "sync", args.access_log,
                                     log_level=args.log_level, storage=storage)
-        names = tuple(gates)
-        for c in concs:
-            rounds = {t: [] for t in names}
-            for rnd in range(args.rounds):
-                for t in round_order(names, rnd, args.order):
-                    pids = [gates[t].pid]
-                    ticks, _ = cpu_ticks_and_faults(pids)
-                    etcd_ticks, _ = cpu_ticks_and_faults(members)
-                    r = run_wrk(args, f"http://127.0.0.1:{gates[t].port}", "put_async", c,
-                                args.duration)
-                    if r.get("requests"):
-                        ticks_after, _ = cpu_ticks_and_faults(pids)
-                        etcd_after, _ = cpu_ticks_and_faults(members)
-                        r["cpu_us_per_request"] = round(
-                            (ticks_after - ticks) / CLK_TCK * 1e6 / r["requests"], 2)
-                        r["etcd_cpu_us_per_request"] = round(
-                            (etcd_after - etcd_ticks) / CLK_TCK * 1e6 / r["requests"], 2)
-                    rounds[t].append(r)
-                    check_run(problems, f"put_etcd c={c} {t}", r)
-                    log(f"put_etcd  c={c:<4} round {rnd + 1} {t:<9} "
-                        f"{r.get('rps', 0):10.0f} r/s, CPU {r.get('cpu_us_per_request', '-')} "
-                        f"us/req, etcd {r.get('etcd_cpu_us_per_request', '-')} us/req")
-            row = {t: summarize(rounds[t]) for t in names}
-            for t in names:
-                row[t]["etcd_cpu_us_per_request"] = statistics.mean(
-                    [r["etcd_cpu_us_per_request"] for r in rounds[t]
-                     if "etcd_cpu_us_per_request" in r] or [0])
-            row["rounds"] = rounds
-            row["paired"] = {"batched_over_one_txn_rps": paired(rounds, "batched", "one_txn")}
-            results[str(c)] = row
-        for t, gate in gates.items():
-            tok = gate.stored_token("/objects/t0/k5")
-            results[f"stored_token_check_{t}"] = tok
-            if not tok or tok < 1:
-                problems.append(f"put_etcd {t}: no token stored in etcd for /objects/t0/k5: {tok}")
+        scenario = "put_deep" if args.deep_paths else "put_async"
+        results = measure_variants(args, "put_etcd", gates, scenario, concs, problems,
+                                   "batched", "one_txn", others=members)
+        results["paths"] = "4 segments" if args.deep_paths else "3 segments"
+        results.update(check_stored(problems, "put_etcd", gates,
+                                    DEEP_KEY if args.deep_paths else "/objects/t0/k5"))
     finally:
         for gate in gates.values():
             gate.stop()
@@ -854,36 +890,67 @@ def measure_etcd_cluster(args, procs, work, backend_port, concs, problems):
     return results
 
 
-def print_etcd_table(rows, concs, markdown=False):
-    """put_etcd's rows: each variant's r/s and p99, CPU per request of
-    fencegate and of the etcd members, and the median of the per-round
-    ratios batched / one_txn with its interval."""
-    head = ("conns", "one txn per write r/s", "batched r/s", "batched / one txn, median of "
-            "rounds [interval]", "p99 ms one / batched", "fencegate CPU us/req one / batched",
-            "etcd CPU us/req one / batched")
+def measure_tree(args, procs, work, backend_port, concs, problems):
+    """put_tree: fenced PUTs with 4-segment paths (put.lua deep, 16-byte
+    bodies) through two fencegates on RocksDB, durability async, one with
+    the tree of paths and one with nesting: off (TREE_VARIANTS), interleaved
+    (measure_variants)."""
+    gates = {}
+    try:
+        for name, nesting in TREE_VARIANTS:
+            gates[name] = Fencegate(procs, args.fencegate, work, f"fg-tree-{name}",
+                                    args.threads, backend_port, "async", args.access_log,
+                                    log_level=args.log_level, nesting=nesting)
+        results = measure_variants(args, "put_tree", gates, "put_deep", concs, problems,
+                                   "tree", "flat")
+        results.update(check_stored(problems, "put_tree", gates, DEEP_KEY))
+    finally:
+        for gate in gates.values():
+            gate.stop()
+    return results
+
+
+def print_pair_table(rows, concs, num, den, labels, others=None, markdown=False):
+    """A measure_variants result: each variant's r/s and p99, fencegate's CPU
+    per request (and that of `others`, when named), and the median of the
+    per-round ratios num / den with its interval. labels: (num, den) as the
+    header names them."""
+    ln, ld = labels
+    head = ("conns", f"{ld} r/s", f"{ln} r/s", f"{ln} / {ld}, median of rounds [interval]",
+            f"p99 ms {ld} / {ln}", f"fencegate CPU us/req {ld} / {ln}") + \
+        ((f"{others} CPU us/req {ld} / {ln}",) if others else ())
     lines = []
     for c in concs:
         row = rows.get(str(c))
         if not row:
             continue
-        one, bat = row["one_txn"], row["batched"]
-        pair = row["paired"]["batched_over_one_txn_rps"]
+        d, n = row[den], row[num]
+        pair = row["paired"][f"{num}_over_{den}_rps"]
         iv = pair["interval"]
         span = f" [{iv['low']}, {iv['high']}]" if iv else ""
-        lines.append((str(c), f"{one['rps']:.0f}", f"{bat['rps']:.0f}",
-                      f"{pair['median']}{span}", f"{one['p99_ms']} / {bat['p99_ms']}",
-                      f"{one.get('cpu_us_per_request')} / {bat.get('cpu_us_per_request')}",
-                      f"{one.get('etcd_cpu_us_per_request', 0):.0f} / "
-                      f"{bat.get('etcd_cpu_us_per_request', 0):.0f}"))
+        lines.append((str(c), f"{d['rps']:.0f}", f"{n['rps']:.0f}", f"{pair['median']}{span}",
+                      f"{d['p99_ms']} / {n['p99_ms']}",
+                      f"{d.get('cpu_us_per_request')} / {n.get('cpu_us_per_request')}") +
+                     ((f"{d.get('others_cpu_us_per_request', 0):.0f} / "
+                       f"{n.get('others_cpu_us_per_request', 0):.0f}",) if others else ()))
     if markdown:
         print("| " + " | ".join(head) + " |")
-        print("|---:|---:|---:|---|---|---|---|")
+        print("|" + "---:|" * 3 + "---|" * (len(head) - 3))
         for line in lines:
             print("| " + " | ".join(line) + " |")
         return
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     for line in (head, *lines):
         print("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip())
+
+
+def print_etcd_table(rows, concs, markdown=False):
+    print_pair_table(rows, concs, "batched", "one_txn", ("batched", "one txn per write"),
+                     others="etcd", markdown=markdown)
+
+
+def print_tree_table(rows, concs, markdown=False):
+    print_pair_table(rows, concs, "tree", "flat", ("tree", "nesting: off"), markdown=markdown)
 
 
 def measure_keys(args, procs, work, backend_port):
@@ -1107,6 +1174,10 @@ def print_markdown(path):
     if "put_etcd" in res:
         print()
         print_etcd_table(res["put_etcd"], sorted(int(c) for c in res["put_etcd"] if c.isdigit()),
+                         markdown=True)
+    if "put_tree" in res:
+        print()
+        print_tree_table(res["put_tree"], sorted(int(c) for c in res["put_tree"] if c.isdigit()),
                          markdown=True)
     print()
     print_verdicts(target_verdicts(res), markdown=True)
@@ -1391,6 +1462,13 @@ def main():
                     help="also run put_etcd: fenced PUTs through one fencegate on a three-member "
                          "etcd cluster, storage.etcd.max_batch 40 against 1, interleaved, at "
                          "--conns (needs etcd; with --scenarios \"\" --no-memory, alone)")
+    ap.add_argument("--deep-paths", action="store_true",
+                    help="put_etcd writes 4-segment paths (/objects/t<n>/d<n>/k<n>) instead of "
+                         "3, so that each write reads and writes a node per segment of the tree")
+    ap.add_argument("--tree", action="store_true",
+                    help="also run put_tree: fenced async PUTs with 4-segment paths through two "
+                         "fencegates on RocksDB, the tree of paths (nesting per_key) against "
+                         "nesting: off, interleaved, at --conns")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     ap.add_argument("--syscalls", action="store_true",
                     help="count syscalls per request of the nginx proxy and fencegate "
@@ -1467,7 +1545,7 @@ def main():
         "wrk_threads": args.wrk_threads, "duration_s": args.duration, "rounds": args.rounds,
         "order": args.order,
         "access_log": args.access_log, "log_level": args.log_level,
-        "etcd_cluster": args.etcd_cluster,
+        "etcd_cluster": args.etcd_cluster, "tree": args.tree, "deep_paths": args.deep_paths,
         "cpus": os.cpu_count(), "kernel": platform.release(),
         "loadavg_start": os.getloadavg(),
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
@@ -1704,6 +1782,10 @@ def main():
                 "max_batch 40 against 1")
             out["results"]["put_etcd"] = measure_etcd_cluster(args, procs, work, backend_port,
                                                               concs, problems)
+        if args.tree:
+            log("put_tree: fenced PUTs, 4-segment paths, the tree against nesting: off")
+            out["results"]["put_tree"] = measure_tree(args, procs, work, backend_port, concs,
+                                                      problems)
         if not args.no_memory:
             log(f"memory: idle and with {args.memory_conns} open connections")
             out["memory"] = measure_memory(args, procs, work, backend_port, nginx_proxy,
@@ -1801,6 +1883,10 @@ def main():
         print("\nput_etcd: fenced PUT r/s through one fencegate on three etcd members, "
               "storage.etcd.max_batch 40 (batched) against 1 (one txn per write):")
         print_etcd_table(res["put_etcd"], concs)
+    if "put_tree" in res:
+        print("\nput_tree: fenced async PUT r/s with 4-segment paths, the tree of paths "
+              "(nesting per_key) against nesting: off:")
+        print_tree_table(res["put_tree"], concs)
     if out["ratios"]["verdicts"]:
         print(f"\nratio targets, median of the per-round ratios and its {COVERAGE:.0%}+ "
               "interval (5 rounds or more for a verdict):")
