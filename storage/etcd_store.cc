@@ -190,16 +190,25 @@ void EtcdStore::Lane() {
       lock.unlock();
       RunNodeRead(call);
     } else if (tree != nullptr) {
-      // The run of tree writes at the front, as many as one transaction
-      // reads (a path's nodes: TreeNodePaths).
+      // The run of tree writes at the front: at most max_batch of them, and
+      // as many as one transaction reads (their keys and their paths' nodes,
+      // TreeNodePaths, each read once however many writes share it).
       std::vector<Tree> batch;
-      size_t reads = 0;
-      while (!queue_.empty()) {
+      std::unordered_set<std::string> read;
+      while (!queue_.empty() && batch.size() < options_.max_batch) {
         auto* next = std::get_if<Tree>(&queue_.front());
         if (next == nullptr || next->node) break;
-        const size_t more = next->write.keys.size() + TreeNodePaths(next->write).size();
-        if (!batch.empty() && reads + more > kMaxTreeReads) break;
-        reads += more;
+        std::vector<std::string> more;
+        for (const std::string& k : next->write.keys) {
+          if (!read.contains(KeyOf(k))) more.push_back(KeyOf(k));
+        }
+        for (const std::string& p : TreeNodePaths(next->write)) {
+          if (!read.contains(NodeKeyOf(p))) more.push_back(NodeKeyOf(p));
+        }
+        std::sort(more.begin(), more.end());
+        more.erase(std::unique(more.begin(), more.end()), more.end());
+        if (!batch.empty() && read.size() + more.size() > kMaxTreeReads) break;
+        read.insert(std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
         batch.push_back(std::move(*next));
         queue_.pop_front();
       }

@@ -88,7 +88,8 @@ class EtcdStoreTest : public ::testing::Test {
 
   // Generous: a call to etcd must not time out on a busy machine.
   std::unique_ptr<EtcdStore> Open(CountingTransport** counting = nullptr,
-                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(10000),
+                                  size_t max_batch = EtcdStoreOptions{}.max_batch) {
     EtcdClientOptions options;
     options.endpoints = cluster_->endpoints();
     options.request_timeout = timeout;
@@ -99,6 +100,7 @@ class EtcdStoreTest : public ::testing::Test {
     if (counting != nullptr) *counting = transport.get();
     EtcdStoreOptions store_options;
     store_options.prefix = prefix_;
+    store_options.max_batch = max_batch;
     return std::make_unique<EtcdStore>(std::move(transport), store_options);
   }
 
@@ -257,6 +259,35 @@ TEST_F(EtcdStoreTest, TreeWritesQueuedTogetherShareTransactions) {
   EXPECT_EQ(accepted.load(), kWrites);
   const int transactions = counting->calls.load() - before;
   EXPECT_LT(transactions, kWrites / 4) << kWrites << " queued tree writes took " << transactions;
+}
+
+// storage.etcd.max_batch bounds a run of tree writes as it bounds one of
+// single keys: with 4, 40 queued writes take at least 10 runs, each a
+// read and a write transaction.
+TEST_F(EtcdStoreTest, ARunOfTreeWritesHoldsAtMostMaxBatch) {
+  CountingTransport* counting = nullptr;
+  auto store = Open(&counting, std::chrono::milliseconds(10000), /*max_batch=*/4);
+  ASSERT_TRUE(AdvanceSync(*store, "warm", 1).status.ok());
+  const int before = counting->calls.load();
+  constexpr int kWrites = 40;
+  std::atomic<int> pending{kWrites};
+  std::atomic<int> accepted{0};
+  auto done = std::make_shared<std::promise<void>>();
+  for (int i = 0; i < kWrites; ++i) {
+    const std::string path = "/t/" + std::to_string(i % 7) + "/d/" + std::to_string(i);
+    TreeWrite w;
+    w.keys = {path};
+    w.token = 5;
+    w.targets = {{path, path, false, Nesting::kPerKey}};
+    store->AdvanceTree(std::move(w), [&accepted, &pending, done](const Status& s, TreeVerdict v) {
+      if (s.ok() && v.kind == TreeVerdict::Kind::kAccepted) accepted.fetch_add(1);
+      if (pending.fetch_sub(1) == 1) done->set_value();
+    });
+  }
+  done->get_future().wait();
+  EXPECT_EQ(accepted.load(), kWrites);
+  const int transactions = counting->calls.load() - before;
+  EXPECT_GE(transactions, 2 * kWrites / 4) << kWrites << " queued tree writes took " << transactions;
 }
 
 // Two replicas on one tree: a subtree write through one never passes a
