@@ -57,7 +57,6 @@ std::string EndpointString(const boost::asio::ip::tcp::endpoint& e) {
   return host + ":" + std::to_string(e.port());
 }
 
-
 // The process's environment, read at start and on reload (admin.token_env).
 // Nothing in fencegate sets a variable, so reading it from the reloading
 // thread races with no writer.
@@ -66,7 +65,6 @@ std::optional<std::string> ProcessEnvironment(const std::string& name) {
   if (value == nullptr) return std::nullopt;
   return std::string(value);
 }
-
 
 int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
           tls::Contexts tls) {
@@ -168,8 +166,6 @@ int Serve(const std::shared_ptr<const config::Config>& cfg, bool test_faults,
   spdlog::info("stopped");
   return code;
 }
-
-
 
 int Main(int argc, char** argv) {
   CLI::App app{"fencegate: a fencing reverse proxy that refuses writes with stale lock tokens"};

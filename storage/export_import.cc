@@ -142,6 +142,8 @@ Status ParseRecord(std::string_view line, TokenRecord* record, bool* blank) {
     return Status::InvalidArgument("key must be 1 to 1024 bytes, got " +
                                    std::to_string(r.key.size()));
   }
+  // Refused here, not by the store halfway through an import.
+  if (Status s = CheckTokenKey(r.key, kMaxKeyBytes); !s.ok()) return s;
   if (!j.contains("token")) {
     return Status::InvalidArgument("missing \"token\"");
   }

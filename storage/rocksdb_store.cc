@@ -144,16 +144,25 @@ uint64_t RocksDbStore::MemtableEntries() {
   return n;
 }
 
+namespace {
+
+// A full scan's reads (ForEach, ForEachNode).
+rocksdb::ReadOptions ScanOptions() {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;       // a full scan would only evict the hot keys
+  ro.total_order_seek = true;  // a hash memtable iterates in order only when asked
+  return ro;
+}
+
+}  // namespace
+
 Status RocksDbStore::ForEach(const Visitor& visit) {
   std::shared_lock<std::shared_mutex> lock(db_mu_);
   if (db_ == nullptr) {
     return Status::Unavailable("token store is closed or reopening");
   }
-  rocksdb::ReadOptions ro;
-  ro.verify_checksums = true;
-  ro.fill_cache = false;  // a full scan would only evict the hot keys
-  ro.total_order_seek = true;  // a hash memtable iterates in order only when asked
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ScanOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const std::string_view stored(it->key().data(), it->key().size());
     if (IsRecordKey(stored) || IsTreeKey(stored)) continue;
@@ -176,11 +185,7 @@ Status RocksDbStore::ForEachNode(const NodeVisitor& visit) {
   if (db_ == nullptr) {
     return Status::Unavailable("token store is closed or reopening");
   }
-  rocksdb::ReadOptions ro;
-  ro.verify_checksums = true;
-  ro.fill_cache = false;
-  ro.total_order_seek = true;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ScanOptions()));
   const rocksdb::Slice prefix(kTreeKeyPrefix.data(), kTreeKeyPrefix.size());
   TreeNode node;
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {

@@ -233,30 +233,37 @@ TEST_F(EtcdStoreTest, TreeWritesDecideAsTheModel) {
   EXPECT_FALSE(testing::GetNodeSync(*store, "/nowhere").node.has_value());
 }
 
-// Tree writes queued together are read and written in two transactions,
-// however many, up to what one transaction reads.
-TEST_F(EtcdStoreTest, TreeWritesQueuedTogetherShareTransactions) {
-  CountingTransport* counting = nullptr;
-  auto store = Open(&counting);
-  ASSERT_TRUE(AdvanceSync(*store, "warm", 1).status.ok());
-  const int before = counting->calls.load();
-  constexpr int kWrites = 120;  // 4-segment paths: 6 reads each, 21 a transaction
-  std::atomic<int> pending{kWrites};
-  std::atomic<int> accepted{0};
-  std::promise<void> done;
-  for (int i = 0; i < kWrites; ++i) {
+// Queues `writes` tree writes with 4-segment paths under 7 directories, all
+// at once, and waits for their answers: how many were accepted.
+int QueueTreeWrites(EtcdStore& store, int writes) {
+  auto pending = std::make_shared<std::atomic<int>>(writes);
+  auto accepted = std::make_shared<std::atomic<int>>(0);
+  auto done = std::make_shared<std::promise<void>>();
+  for (int i = 0; i < writes; ++i) {
     const std::string path = "/t/" + std::to_string(i % 7) + "/d/" + std::to_string(i);
     TreeWrite w;
     w.keys = {path};
     w.token = 5;
     w.targets = {{path, path, false, Nesting::kPerKey}};
-    store->AdvanceTree(std::move(w), [&](const Status& s, TreeVerdict v) {
-      if (s.ok() && v.kind == TreeVerdict::Kind::kAccepted) accepted.fetch_add(1);
-      if (pending.fetch_sub(1) == 1) done.set_value();
+    store.AdvanceTree(std::move(w), [pending, accepted, done](const Status& s, TreeVerdict v) {
+      if (s.ok() && v.kind == TreeVerdict::Kind::kAccepted) accepted->fetch_add(1);
+      if (pending->fetch_sub(1) == 1) done->set_value();
     });
   }
-  done.get_future().wait();
-  EXPECT_EQ(accepted.load(), kWrites);
+  done->get_future().wait();
+  return accepted->load();
+}
+
+// Tree writes queued together are read and written in two transactions,
+// however many, up to what one transaction reads (each node the writes
+// share read once).
+TEST_F(EtcdStoreTest, TreeWritesQueuedTogetherShareTransactions) {
+  CountingTransport* counting = nullptr;
+  auto store = Open(&counting);
+  ASSERT_TRUE(AdvanceSync(*store, "warm", 1).status.ok());
+  const int before = counting->calls.load();
+  constexpr int kWrites = 120;
+  EXPECT_EQ(QueueTreeWrites(*store, kWrites), kWrites);
   const int transactions = counting->calls.load() - before;
   EXPECT_LT(transactions, kWrites / 4) << kWrites << " queued tree writes took " << transactions;
 }
@@ -270,22 +277,7 @@ TEST_F(EtcdStoreTest, ARunOfTreeWritesHoldsAtMostMaxBatch) {
   ASSERT_TRUE(AdvanceSync(*store, "warm", 1).status.ok());
   const int before = counting->calls.load();
   constexpr int kWrites = 40;
-  std::atomic<int> pending{kWrites};
-  std::atomic<int> accepted{0};
-  auto done = std::make_shared<std::promise<void>>();
-  for (int i = 0; i < kWrites; ++i) {
-    const std::string path = "/t/" + std::to_string(i % 7) + "/d/" + std::to_string(i);
-    TreeWrite w;
-    w.keys = {path};
-    w.token = 5;
-    w.targets = {{path, path, false, Nesting::kPerKey}};
-    store->AdvanceTree(std::move(w), [&accepted, &pending, done](const Status& s, TreeVerdict v) {
-      if (s.ok() && v.kind == TreeVerdict::Kind::kAccepted) accepted.fetch_add(1);
-      if (pending.fetch_sub(1) == 1) done->set_value();
-    });
-  }
-  done->get_future().wait();
-  EXPECT_EQ(accepted.load(), kWrites);
+  EXPECT_EQ(QueueTreeWrites(*store, kWrites), kWrites);
   const int transactions = counting->calls.load() - before;
   EXPECT_GE(transactions, 2 * kWrites / 4) << kWrites << " queued tree writes took " << transactions;
 }

@@ -97,6 +97,7 @@ TEST(ExportImportTest, ParseRefusesBadRecords) {
       R"({"key":"/x","token":-1})",               // negative
       R"({"key":"/x","token":1.5})",              // not an integer
       R"({"key":"/x","token":"7"})",              // a string
+      R"({"key_hex":"0069","token":1})",          // the store's own records' prefix
       R"({"key":"/x","token":18446744073709551616})",  // overflow
       R"({"key":"/x","token":1,"extra":true})",   // unknown field
   };
