@@ -41,7 +41,7 @@ void ReadPathNodes(storage::TokenStore& store, std::string path,
 }
 
 std::optional<json> PathJson(std::string_view path, const PathNodes& nodes) {
-  const std::vector<std::string_view> ancestors = storage::TreeAncestors(path);
+  const storage::TreePathViews ancestors = storage::TreeAncestors(path);
   json above = nullptr;
   for (size_t i = 0; i < ancestors.size() && i < nodes.size(); ++i) {
     const std::optional<storage::TreeNode>& n = nodes[i];

@@ -121,6 +121,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
     for (size_t i = 0; i < batch.size(); ++i) {
       const TreeWrite& w = batch[i].write;
       TreeReads in;
+      std::vector<std::optional<TreeNode>> nodes(node_paths[i].size());
       Status s;
       for (const std::string& k : w.keys) {
         const std::optional<std::string>& v = state[index.at(KeyOf(k))].Now();
@@ -128,12 +129,14 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
         if (v && !DecodeToken(*v, &token)) s = EtcdStore::Malformed("a token");
         in.keys.push_back(v ? std::optional<uint64_t>(token) : std::nullopt);
       }
-      for (const std::string& p : node_paths[i]) {
+      for (size_t j = 0; j < node_paths[i].size(); ++j) {
+        const std::string& p = node_paths[i][j];
         const std::optional<std::string>& v = state[index.at(NodeKeyOf(p))].Now();
-        std::optional<TreeNode>& node = in.nodes.emplace_back();
+        std::optional<TreeNode>& node = nodes[j];
         if (v && !DecodeTreeNode(*v, &node.emplace())) {
           s = Status::Corruption("the tree node of '" + p + "' does not decode");
         }
+        in.nodes.push_back(node ? &*node : nullptr);
       }
       TreeChanges changes;
       if (s.ok()) s = DecideTree(w, in, &decided[i].second, &changes);

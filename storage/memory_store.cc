@@ -199,19 +199,19 @@ void MemoryStore::DoAdvanceTree(const TreeWrite& write, const TreeHandler& handl
   {
     std::lock_guard<std::mutex> lock(map_mu_);
     TreeReads reads;
+    const std::vector<std::string> paths = TreeNodePaths(write);
+    std::vector<std::optional<TreeNode>> nodes(paths.size());
     for (const std::string& key : write.keys) {
       auto it = map_.find(key);
       reads.keys.push_back(it == map_.end() ? std::nullopt : std::optional<uint64_t>(it->second));
     }
-    for (const std::string& path : TreeNodePaths(write)) {
-      auto it = nodes_.find(path);
-      std::optional<TreeNode>& node = reads.nodes.emplace_back();
-      if (it == nodes_.end()) continue;
-      node.emplace();
-      if (!DecodeTreeNode(it->second, &*node)) {
-        status = Status::Corruption("the tree node of '" + path + "' does not decode");
-        break;
+    for (size_t j = 0; j < paths.size() && status.ok(); ++j) {
+      auto it = nodes_.find(paths[j]);
+      std::optional<TreeNode>& node = nodes[j];
+      if (it != nodes_.end() && !DecodeTreeNode(it->second, &node.emplace())) {
+        status = Status::Corruption("the tree node of '" + paths[j] + "' does not decode");
       }
+      reads.nodes.push_back(node ? &*node : nullptr);
     }
     TreeChanges changes;
     if (status.ok()) status = DecideTree(write, reads, &verdict, &changes);

@@ -96,15 +96,35 @@ Status RocksDbStore::DecideTreeRequest(WriteRequest& r, bool from_caller, KnownT
     }
     if (k.present) reads.keys[j] = k.value;
   }
-  const std::vector<std::string> paths = TreeNodePaths(write);
+  const TreePathViews paths = TreeNodePathViews(write);
+  // The nodes read from the database, for the call.
+  boost::container::small_vector<std::optional<TreeNode>, 16> loaded(paths.size());
   reads.nodes.resize(paths.size());
+  auto is_target = [&write](std::string_view p) {
+    return std::any_of(write.targets.begin(), write.targets.end(),
+                       [p](const TreeTarget& t) { return t.path == p; });
+  };
   for (size_t j = 0; j < paths.size(); ++j) {
     if (auto it = seen.find(paths[j]); it != seen.end()) {
-      reads.nodes[j] = it->second;
-    } else if (Status s = ReadNode(paths[j], &reads.nodes[j], from_caller, /*on_lane=*/true);
-               !s.ok()) {
+      reads.nodes[j] = it->second ? &*it->second : nullptr;
+      continue;
+    }
+    if (auto it = node_cache_.find(paths[j]); it != node_cache_.end()) {
+      reads.nodes[j] = &it->second;
+      continue;
+    }
+    if (Status s = ReadNode(std::string(paths[j]), &loaded[j], from_caller, /*on_lane=*/true);
+        !s.ok()) {
       out.status = s;
       return s;
+    }
+    if (!loaded[j]) continue;
+    // An ancestor is kept: the next write below it reads it again. A
+    // target's own node seldom is (a key's path is written by its holder).
+    if (!is_target(paths[j])) {
+      reads.nodes[j] = &node_cache_.try_emplace(std::string(paths[j]), *loaded[j]).first->second;
+    } else {
+      reads.nodes[j] = &*loaded[j];
     }
   }
   TreeChanges decided;
@@ -127,13 +147,21 @@ Status RocksDbStore::DecideTreeRequest(WriteRequest& r, bool from_caller, KnownT
     return out.status;
   }
   (void)changes.PopSavePoint();
-  for (size_t j = 0; j < paths.size(); ++j) seen[paths[j]] = std::move(reads.nodes[j]);
-  for (auto& [path, node] : decided.nodes) seen[path] = std::move(node);
   if (remember) {
+    // The requests after this one in the batch see what it read and changed.
+    for (size_t j = 0; j < paths.size(); ++j) {
+      if (!seen.contains(paths[j])) {
+        seen.try_emplace(std::string(paths[j]),
+                         reads.nodes[j] != nullptr ? std::optional<TreeNode>(*reads.nodes[j])
+                                                   : std::nullopt);
+      }
+    }
+    for (const auto& [path, node] : decided.nodes) seen.insert_or_assign(path, node);
     for (size_t j = 0; j < write.keys.size(); ++j) {
       known[write.keys[j]] = KnownToken{true, req.verdict.current[j]};
     }
   }
+  for (auto& change : decided.nodes) nodes_written_.push_back(std::move(change));
   return Status::Ok();
 }
 
@@ -170,7 +198,9 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
   };
 
   RecordsSeen records_seen;  // only for a batch that changes a record
-  NodesSeen nodes_seen;      // only for a batch with a tree write
+  NodesSeen nodes_seen;      // only for a batch of several with a tree write
+  nodes_written_.clear();
+  if (node_cache_.size() > kNodeCacheEntries) node_cache_.clear();
   for (size_t i = 0; i < batch.size(); ++i) {
     WriteRequest& r = batch[i];
     if (r.tree) {
@@ -260,6 +290,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     write_errors_.fetch_add(1, std::memory_order_relaxed);
     lane_.failed = true;
     SetHealth(failed);
+    node_cache_.clear();
   } else if (changes.Count() > 0) {
     rocksdb::WriteOptions wo;
     wo.sync = options_.durability == Durability::kSync;
@@ -272,6 +303,10 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     if (from_caller && s.IsIncomplete()) return false;
     db_writes_.fetch_add(1, std::memory_order_relaxed);
     if (s.ok()) {
+      // The cached nodes that the batch changed, as written.
+      for (auto& [path, node] : nodes_written_) {
+        if (auto it = node_cache_.find(path); it != node_cache_.end()) it->second = std::move(node);
+      }
       wal_bytes_ += changes.GetDataSize();
       writes_.fetch_add(changes.Count(), std::memory_order_relaxed);
       if (wo.sync) syncs_.fetch_add(1, std::memory_order_relaxed);
@@ -284,6 +319,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
       free_space_->Forget();  // the disk may be why: ask it before the next write
       failed = FromRocks(s, "token store write failed");
       lane_.failed = true;
+      node_cache_.clear();
       SetHealth(failed);
     }
   }

@@ -216,8 +216,20 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
     // A tree node's read instead of a Get: key is the node's path.
     NodeHandler node;
   };
+  // Hashes a path's view and its string alike: a view looks an entry up
+  // without a copy.
+  struct PathHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   // A node as of the requests decided so far in a batch, by path.
-  using NodesSeen = std::unordered_map<std::string, std::optional<TreeNode>>;
+  using NodesSeen =
+      std::unordered_map<std::string, std::optional<TreeNode>, PathHash, std::equal_to<>>;
+  // Decoded nodes as committed, by path (node_cache_).
+  using NodeCache = std::unordered_map<std::string, TreeNode, PathHash, std::equal_to<>>;
+  // Entries node_cache_ holds at most: it is emptied when a batch finds it
+  // fuller (collections that writes go below are far fewer in practice).
+  static constexpr size_t kNodeCacheEntries = 4096;
   // A token key's value as of the requests decided so far in a batch; the
   // views point into the batch (see Decide).
   struct KnownToken {
@@ -252,9 +264,10 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
                     bool cache_only, bool on_lane) const;
   void AnswerLookup(ReadRequest& r);  // reader thread
   // Decides an AdvanceTree (Decide, holding the lane): reads keys through
-  // `known` (as of the batch; updated when `remember`) and nodes through
-  // `seen` (always updated), adds the accepted changes to `changes`. Busy
-  // from_caller when a key or node is not cached (nothing decided).
+  // `known` and nodes through `seen` (as of the batch; both updated when
+  // `remember`), then node_cache_, then the database; adds the accepted
+  // changes to `changes` and to nodes_written_. Busy from_caller when a key
+  // or node is not cached (nothing decided).
   Status DecideTreeRequest(WriteRequest& r, bool from_caller, KnownTokens& known,
                            bool remember, NodesSeen& seen, rocksdb::WriteBatch& changes,
                            Outcome& out);
@@ -329,6 +342,14 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   // The batch Decide fills, kept between batches so that its buffer is
   // not allocated (and grown) again for every write; lane only.
   std::unique_ptr<rocksdb::WriteBatch> changes_;
+  // The nodes of the paths that tree writes went below (their targets'
+  // ancestors: the root and the collections, read by nearly every write),
+  // decoded, as committed: a hit costs no read and no decode. Lane only;
+  // updated from nodes_written_ once a batch is written, emptied when a
+  // write fails (what the database holds is then not known).
+  NodeCache node_cache_;
+  // The nodes the batch being decided changes, in order; lane only.
+  std::vector<std::pair<std::string, TreeNode>> nodes_written_;
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> batches_{0};

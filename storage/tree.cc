@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 namespace fencegate::storage {
 
@@ -13,12 +12,18 @@ constexpr uint8_t kFenced = 1;
 constexpr uint8_t kMoreKeys = 2;
 constexpr uint8_t kSubtreeWritten = 4;
 
+// Fixed-width little-endian fields, written into space reserved up front:
+// a node is encoded on every write that changes it.
 void PutU64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, sizeof b);
 }
 void PutBytes(std::string* out, std::string_view s) {
   const auto n = static_cast<uint32_t>(s.size());
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out->append(b, sizeof b);
   out->append(s);
 }
 
@@ -55,6 +60,9 @@ bool IsTreePath(std::string_view path) {
 
 std::string EncodeTreeNode(const TreeNode& node) {
   std::string out;
+  size_t size = 2 + 3 * 8 + 4 + node.key.size() + 4 + node.below_path.size() + 1;
+  for (const TreeNode::Below& b : node.below_keys) size += 8 + b.key.size() + b.path.size();
+  out.reserve(size);
   out.push_back(kNodeVersion);
   out.push_back(static_cast<char>((node.fenced ? kFenced : 0) | (node.more_keys ? kMoreKeys : 0) |
                                   (node.subtree_written ? kSubtreeWritten : 0)));
@@ -94,8 +102,8 @@ bool DecodeTreeNode(std::string_view in, TreeNode* node) {
   return in.empty();
 }
 
-std::vector<std::string_view> TreeAncestors(std::string_view path) {
-  std::vector<std::string_view> out;
+TreePathViews TreeAncestors(std::string_view path) {
+  TreePathViews out;
   if (path.size() <= 1) return out;  // "/" has none
   out.push_back(path.substr(0, 1));
   for (size_t i = path.find('/', 1); i != std::string_view::npos; i = path.find('/', i + 1)) {
@@ -109,16 +117,21 @@ size_t TreeDepth(std::string_view path) {
   return static_cast<size_t>(std::count(path.begin(), path.end(), '/'));
 }
 
-std::vector<std::string> TreeNodePaths(const TreeWrite& write) {
-  std::vector<std::string> out;
+TreePathViews TreeNodePathViews(const TreeWrite& write) {
+  TreePathViews out;
   auto add = [&out](std::string_view p) {
-    if (std::find(out.begin(), out.end(), p) == out.end()) out.emplace_back(p);
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   };
   for (const TreeTarget& t : write.targets) {
     for (std::string_view a : TreeAncestors(t.path)) add(a);
     add(t.path);
   }
   return out;
+}
+
+std::vector<std::string> TreeNodePaths(const TreeWrite& write) {
+  const TreePathViews views = TreeNodePathViews(write);
+  return std::vector<std::string>(views.begin(), views.end());
 }
 
 Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* verdict,
@@ -142,17 +155,20 @@ Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* v
                                      "uncovered one none");
     }
   }
-  const std::vector<std::string> paths = TreeNodePaths(write);
+  const TreePathViews paths = TreeNodePathViews(write);
   if (reads.keys.size() != write.keys.size() || reads.nodes.size() != paths.size()) {
     return Status::InvalidArgument("tree reads do not match the write");
   }
-  // The nodes as read, then as this write leaves them.
-  std::map<std::string_view, TreeNode> after;
-  std::map<std::string_view, const std::optional<TreeNode>*> before;
-  for (size_t i = 0; i < paths.size(); ++i) before[paths[i]] = &reads.nodes[i];
-  auto read = [&before](std::string_view p) -> const std::optional<TreeNode>& {
-    return *before.at(p);
+  // A path's place in `paths` (and `reads.nodes`): a handful of them, so a
+  // scan beats a map.
+  auto index_of = [&paths](std::string_view p) {
+    return static_cast<size_t>(std::find(paths.begin(), paths.end(), p) - paths.begin());
   };
+  auto read = [&](std::string_view p) { return reads.nodes[index_of(p)]; };
+  // The nodes this write changes, copied from the read ones as it changes
+  // them; reserved, so that a reference to one survives adding another.
+  boost::container::small_vector<std::pair<size_t, TreeNode>, 16> after;
+  after.reserve(paths.size());
 
   // The keys: as AdvanceAll.
   verdict->current.resize(write.keys.size());
@@ -171,7 +187,7 @@ Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* v
   // Every target against the tree as it was before this write.
   for (const TreeTarget& t : write.targets) {
     if (write.raise) break;
-    const std::optional<TreeNode>& node = read(t.path);
+    const TreeNode* node = read(t.path);
     auto nested = [&](std::string path, std::string key) {
       verdict->kind = TreeVerdict::Kind::kNestedKeys;
       verdict->path = std::move(path);
@@ -210,8 +226,8 @@ Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* v
         break;
       case Nesting::kShared:
         for (std::string_view a : TreeAncestors(t.path)) {
-          const std::optional<TreeNode>& up = read(a);
-          if (up && up->subtree > write.token) {
+          const TreeNode* up = read(a);
+          if (up != nullptr && up->subtree > write.token) {
             stale(a, up->subtree);
             return Status::Ok();
           }
@@ -236,9 +252,11 @@ Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* v
     verdict->current[i] = std::max(verdict->current[i], write.token);
   }
   auto node_of = [&](std::string_view p) -> TreeNode& {
-    auto it = after.find(p);
-    if (it != after.end()) return it->second;
-    return after.emplace(p, read(p).value_or(TreeNode{})).first->second;
+    const size_t i = index_of(p);
+    for (auto& [j, node] : after) {
+      if (j == i) return node;
+    }
+    return after.emplace_back(i, reads.nodes[i] != nullptr ? *reads.nodes[i] : TreeNode{}).second;
   };
   for (const TreeTarget& t : write.targets) {
     if (t.nesting == Nesting::kUncovered) continue;  // it changes nothing fenced
@@ -251,14 +269,23 @@ Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* v
       own.subtree_written = true;
     }
     for (std::string_view a : TreeAncestors(t.path)) {
+      // Copied only when this write changes it: most writes below a busy
+      // collection leave its list of keys as it was.
+      const TreeNode* was = read(a);
+      auto listed = [&t](const TreeNode& n) {
+        return std::any_of(n.below_keys.begin(), n.below_keys.end(),
+                           [&t](const TreeNode::Below& b) { return b.key == t.key; });
+      };
+      if (was != nullptr && !was->below_path.empty() && write.token <= was->below &&
+          (listed(*was) || was->more_keys)) {
+        continue;
+      }
       TreeNode& up = node_of(a);
       if (up.below_path.empty() || write.token > up.below) {
         up.below = write.token;
         up.below_path = t.path;
       }
-      const bool listed = std::any_of(up.below_keys.begin(), up.below_keys.end(),
-                                      [&t](const TreeNode::Below& b) { return b.key == t.key; });
-      if (!listed) {
+      if (!listed(up)) {
         if (up.below_keys.size() < TreeNode::kBelowKeys) {
           up.below_keys.push_back({t.key, t.path});
         } else {
@@ -267,11 +294,11 @@ Status DecideTree(const TreeWrite& write, const TreeReads& reads, TreeVerdict* v
       }
     }
   }
-  for (const std::string& p : paths) {
-    auto it = after.find(p);
-    if (it == after.end()) continue;
-    const std::optional<TreeNode>& was = read(p);
-    if (!was || !(*was == it->second)) changes->nodes.emplace_back(p, it->second);
+  std::sort(after.begin(), after.end(),
+            [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (auto& [i, node] : after) {
+    const TreeNode* was = reads.nodes[i];
+    if (was == nullptr || !(*was == node)) changes->nodes.emplace_back(paths[i], std::move(node));
   }
   return Status::Ok();
 }

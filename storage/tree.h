@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "storage/status.h"
 
 namespace fencegate::storage {
@@ -94,24 +96,31 @@ bool DecodeTreeNode(std::string_view in, TreeNode* node);
 // kMaxTreePathBytes bytes.
 bool IsTreePath(std::string_view path);
 
+// Paths as views, held inline up to a depth that covers most writes: a
+// decision takes no allocation for them.
+using TreePathViews = boost::container::small_vector<std::string_view, 16>;
+
 // The strict ancestors of a canonical path, root first: "/a/b" -> "/", "/a".
-std::vector<std::string_view> TreeAncestors(std::string_view path);
+// Views into `path`.
+TreePathViews TreeAncestors(std::string_view path);
 // Segments of a canonical path: "/" 0, "/a/b" 2.
 size_t TreeDepth(std::string_view path);
 
 // The records DecideTree reads: the keys' stored tokens (nullopt: never
-// stored) and the nodes of every target and ancestor (nullopt: none). The
+// stored) and the nodes of every target and ancestor (null: none). The
 // engine fills them before the call, as of the writes decided before this
-// one.
+// one; the nodes are the engine's, and live through the call.
 struct TreeReads {
   std::vector<std::optional<uint64_t>> keys;  // per TreeWrite::keys item
   // Per path of TreeNodePaths(write), in that order.
-  std::vector<std::optional<TreeNode>> nodes;
+  boost::container::small_vector<const TreeNode*, 16> nodes;
 };
 
 // The paths whose nodes a write needs, each once: every target's ancestors
-// and the target itself.
+// and the target itself. TreeNodePathViews: the same, as views into the
+// write's targets.
 std::vector<std::string> TreeNodePaths(const TreeWrite& write);
+TreePathViews TreeNodePathViews(const TreeWrite& write);
 
 struct TreeVerdict {
   enum class Kind {

@@ -23,6 +23,10 @@ named in --scenarios (fencegate then has run.py's idempotent route /pay/):
                idempotency keys and no fencing (reserved, run, stored)
   idem_replay  POST repeating one of 100 keys stored before the warm-up
                (replayed, never at the backend)
+  put_tree     put_async with 4-segment paths (/objects/t0/d<n % 16>/k<n>),
+               on the tree of paths (nesting per_key)
+  put_flat     the same paths under a route with nesting: off (/flat/)
+and "tree" = put_tree - put_flat: what the tree of paths adds to a write.
 
 With --baseline, the same for a second binary, and the ratios this/baseline.
 --access-log stderr|file turns the access log on (stderr is redirected to a
@@ -64,6 +68,7 @@ from fencegate_proc import ProcessError, TempDir, free_port  # noqa: E402
 SCENARIOS = ("get", "put_pass", "put_async", "put_hot")
 # Counted only when asked for (run.py's IDEMPOTENT).
 IDEMPOTENT = ("idem_post", "idem_replay")
+TREE = ("put_tree", "put_flat")
 BODY = b"x" * 16
 
 
@@ -113,6 +118,11 @@ class Client:
         elif scenario == "put_async":
             self.token += 1
             method, path = "PUT", f"/objects/t0/k{i % 10000}"
+            extra = f"Fencing-Token: {self.token}\r\n"
+        elif scenario in TREE:
+            self.token += 1
+            root = "/objects" if scenario == "put_tree" else "/flat"
+            method, path = "PUT", f"{root}/t0/d{i % 16}/k{i % 10000}"
             extra = f"Fencing-Token: {self.token}\r\n"
         elif scenario == "idem_post":  # a new key every time
             method, path = "POST", f"/pay/t0/k{i % 10000}"
@@ -175,7 +185,8 @@ def measure(args, procs, work, name, binary, backend_port):
     access_log = {"off": False, "stderr": True, "file": "file"}[args.access_log]
     fg = run.Fencegate(procs, binary, work, f"fg-{name}", args.threads, backend_port, "async",
                        access_log, wrapper=wrapper, ready_secs=300,
-                       idempotent=any(sc in IDEMPOTENT for sc in args.scenarios))
+                       idempotent=any(sc in IDEMPOTENT for sc in args.scenarios),
+                       flat_route="put_flat" in args.scenarios)
     result = {"binary": binary}
     try:
         control(fg.pid, "--instr=on")
@@ -222,6 +233,8 @@ def measure(args, procs, work, name, binary, backend_port):
         fg.stop()
     if "put_async" in result and "put_pass" in result:
         result["fence"] = result["put_async"]["per_request"] - result["put_pass"]["per_request"]
+    if "put_tree" in result and "put_flat" in result:
+        result["tree"] = result["put_tree"]["per_request"] - result["put_flat"]["per_request"]
     return result
 
 
@@ -229,7 +242,7 @@ def report(results, names):
     cols = [n for n in names if n in results]
     print(f"{'scenario':<10}" + "".join(f"{n + ' instr/req':>22}" for n in cols)
           + (f"{'this / baseline':>18}" if len(cols) == 2 else ""))
-    for sc in list(SCENARIOS) + ["fence"] + list(IDEMPOTENT):
+    for sc in list(SCENARIOS) + ["fence"] + list(IDEMPOTENT) + list(TREE) + ["tree"]:
         vals = []
         for n in cols:
             v = results[n].get(sc)
@@ -241,7 +254,7 @@ def report(results, names):
             line += f"{vals[0] / vals[1]:>18.3f}"
         print(line)
     for n in cols:
-        for sc in SCENARIOS + IDEMPOTENT:
+        for sc in SCENARIOS + IDEMPOTENT + TREE:
             top = results[n].get(sc, {}).get("top") if isinstance(results[n].get(sc),
                                                                     dict) else None
             if top:
@@ -316,8 +329,8 @@ def main():
         args.requests, args.warmup = 20, 10
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     for s in args.scenarios:
-        if s not in SCENARIOS + IDEMPOTENT:
-            ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS + IDEMPOTENT)}")
+        if s not in SCENARIOS + IDEMPOTENT + TREE:
+            ap.error(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS + IDEMPOTENT + TREE)}")
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate", "nginx"):
         if not shutil.which(tool):
             run.log(f"{tool} not found (apt-get install valgrind nginx, or "

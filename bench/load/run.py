@@ -205,7 +205,7 @@ BACKEND_SERVER = """  server {{
     location = /objects/static {{
       return 200 "{get_body}";
     }}
-    location ~ ^/(objects|plain)/ {{
+    location ~ ^/(objects|plain|flat)/ {{
       alias {www}/blob;
       dav_methods PUT;
       dav_access user:rw;
@@ -248,17 +248,21 @@ class Fencegate(fencegate_proc.Fencegate):
 
     def __init__(self, procs, binary, work, name, threads, backend_port, durability,
                  access_log, max_conns=20000, wrapper=(), ready_secs=30, log_level="warn",
-                 idempotent=False, storage=None, nesting=None):
+                 idempotent=False, storage=None, nesting=None, flat_route=False):
         # wrapper: argv run in front of the binary (instructions.py: valgrind),
         # which may slow the start: ready_secs bounds the wait for "listening".
         # idempotent: a second route, /pay/, with idempotency keys (1 h
         # window) and no fencing, after the fenced one. storage: the config's
         # storage section instead of RocksDB in the work dir. nesting: the
-        # fenced route's (per_key, the default, when None).
+        # fenced route's (per_key, the default, when None). flat_route: a
+        # route /flat/ fenced as /objects/ is, with nesting: off.
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
         routes = [{"name": "objects", "path_prefix": "/objects/", "mode": "enforce",
                    **({"nesting": nesting} if nesting else {})}]
+        if flat_route:
+            routes.append({"name": "flat", "path_prefix": "/flat/", "mode": "enforce",
+                           "nesting": "off"})
         if idempotent:
             routes.append({"name": "pay", "path_prefix": "/pay/", "mode": "off",
                            "idempotency": "1h"})

@@ -215,10 +215,69 @@ void BM_AdvanceKeys(benchmark::State& state) {
                                 static_cast<double>(std::max<uint64_t>(1, store->stats().requests));
 }
 
+// One caller, async durability, as BM_AdvanceKeys with 10,000 keys, each
+// a 4-segment path (/objects/t<k % 2>/d<k % 16>/k<k>, as the load test's
+// put_tree writes them): `tree` 1 advances each through AdvanceTree, a
+// write of the tree of paths (nesting per_key) that reads and writes the
+// nodes of its path and its ancestors; 0 through Advance, the flat fence.
+// The difference is the tree's cost inside the store, per write.
+void BM_AdvanceTree(benchmark::State& state) {
+  const bool tree = state.range(0) != 0;
+  constexpr int kKeys = 10000;
+  RocksDbStoreOptions options;
+  options.durability = Durability::kAsync;
+  BenchStore opened(state, options);
+  RocksDbStore* store = opened.store();
+  if (store == nullptr) return;
+  std::vector<std::string> names;
+  names.reserve(kKeys);
+  for (int k = 0; k < kKeys; ++k) {
+    names.push_back("/objects/t" + std::to_string(k % 2) + "/d" + std::to_string(k % 16) + "/k" +
+                    std::to_string(k));
+  }
+  uint64_t token = 1;
+  std::atomic<bool> failed{false};
+  std::atomic<int> in_flight{0};
+  auto advance = [&](const std::string& name) {
+    while (in_flight.load(std::memory_order_acquire) > 1024) std::this_thread::yield();
+    in_flight.fetch_add(1, std::memory_order_relaxed);
+    if (!tree) {
+      store->Advance(name, token, [&failed, &in_flight](const Status& s, Fence f) {
+        if (!s.ok() || !f.accepted) failed = true;
+        in_flight.fetch_sub(1, std::memory_order_release);
+      });
+      return;
+    }
+    TreeWrite write;
+    write.keys = {name};
+    write.token = token;
+    write.targets = {TreeTarget{name, name, false, Nesting::kPerKey}};
+    store->AdvanceTree(std::move(write), [&failed, &in_flight](const Status& s, TreeVerdict v) {
+      if (!s.ok() || v.kind != TreeVerdict::Kind::kAccepted) failed = true;
+      in_flight.fetch_sub(1, std::memory_order_release);
+    });
+  };
+  for (const std::string& name : names) advance(name);  // every node stored before timing
+  size_t i = names.size();
+  for (auto _ : state) {
+    if (i == names.size()) {
+      i = 0;
+      ++token;
+    }
+    advance(names[i++]);
+  }
+  while (in_flight.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+  if (failed.load()) state.SkipWithError("an advance failed");
+  state.counters["on_caller"] = static_cast<double>(store->stats().caller_decided) /
+                                static_cast<double>(std::max<uint64_t>(1, store->stats().requests));
+}
+
 BENCHMARK(BM_AdvanceKeys)
     ->ArgNames({"keys", "evict_kib", "buckets"})
     ->ArgsProduct({{1, 10000, 100000}, {0, 1024}, {0, 1 << 16}})
     ->Unit(benchmark::kNanosecond);
+
+BENCHMARK(BM_AdvanceTree)->ArgName("tree")->Arg(0)->Arg(1)->Unit(benchmark::kNanosecond);
 
 BENCHMARK_CAPTURE(BM_Advance, sync, Durability::kSync)
     ->ArgName("writers")->Arg(1)->Arg(8)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);

@@ -55,8 +55,8 @@ TEST(TreeNode, RefusesWhatIsNotARecord) {
 
 TEST(TreeAncestors, RootFirst) {
   EXPECT_TRUE(TreeAncestors("/").empty());
-  EXPECT_EQ(TreeAncestors("/a"), (std::vector<std::string_view>{"/"}));
-  EXPECT_EQ(TreeAncestors("/a/bb/c"), (std::vector<std::string_view>{"/", "/a", "/a/bb"}));
+  EXPECT_EQ(TreeAncestors("/a"), (TreePathViews{"/"}));
+  EXPECT_EQ(TreeAncestors("/a/bb/c"), (TreePathViews{"/", "/a", "/a/bb"}));
   EXPECT_EQ(TreeDepth("/"), 0u);
   EXPECT_EQ(TreeDepth("/a/bb/c"), 3u);
 }
@@ -72,7 +72,7 @@ class MapTree {
     }
     for (const std::string& p : TreeNodePaths(w)) {
       auto it = nodes_.find(p);
-      reads.nodes.push_back(it == nodes_.end() ? std::nullopt : std::optional<TreeNode>(it->second));
+      reads.nodes.push_back(it == nodes_.end() ? nullptr : &it->second);
     }
     TreeChanges changes;
     Status s = DecideTree(w, reads, v, &changes);
