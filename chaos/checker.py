@@ -31,7 +31,9 @@ Every violation comes with its minimal witness: the two writes (or the write
 and the fence), their tokens and CLOCK_MONOTONIC times.
 
 A run of the idempotent workload (meta.json's "workload") is checked by
-chaos/idempotent_checker.py instead, for its own properties.
+chaos/idempotent_checker.py instead, for its own properties, and one of the
+tree workload by chaos/tree_checker.py, which builds on this module's
+Findings and Outcomes.
 """
 
 import bisect
@@ -99,6 +101,129 @@ def in_window(rec, sent_at, windows):
     return None
 
 
+class Findings:
+    """Violations per property: each one counted, the first MAX_WITNESSES
+    kept with their witness."""
+
+    def __init__(self, properties):
+        self.violations = {p: [] for p in properties}
+        self.counts = {p: 0 for p in properties}
+
+    def flag(self, prop, witness):
+        self.counts[prop] += 1
+        if len(self.violations[prop]) < MAX_WITNESSES:
+            self.violations[prop].append(witness)
+
+    def result(self, stats):
+        return {"violations": self.violations, "counts": self.counts, "stats": stats}
+
+
+class Outcomes:
+    """What the clients' histories say of each write, read once: per write
+    one small int (its fate, and the times the backend applied it, counted
+    by applied()), per refused write its refusal, per key the
+    acknowledgements in time order with the highest token acknowledged up
+    to each. A write's keys are its record's `keys`, or its `key`. With
+    `sent=True` it also keeps when each write was sent."""
+
+    def __init__(self, history, sent=False):
+        self.types = defaultdict(int)
+        self.writes = {}        # write id -> outcome | applied count << 2
+        self.refused = {}       # write id -> (status, error, client, token, t) of its `fail`
+        self.sent_at = {}
+        acks = defaultdict(list)  # key -> [(t, token, write, client)]
+        for ev in history:
+            kind = ev["type"]
+            self.types[kind] += 1
+            if kind == "invoke":
+                self.writes.setdefault(ev["write"], INVOKED)
+                if sent:
+                    self.sent_at.setdefault(ev["write"], ev["t"])
+            elif kind in OUTCOME:
+                self.writes[ev["write"]] = OUTCOME[kind]
+                if kind == "ok":
+                    for key in ev.get("keys") or [ev["key"]]:
+                        acks[key].append((ev["t"], ev["token"], ev["write"], ev.get("client")))
+                elif kind == "fail":
+                    self.refused[ev["write"]] = (ev.get("status"), ev.get("error"),
+                                                 ev.get("client"), ev.get("token"), ev["t"])
+        self.acks = acks
+        self.stale = sum(1 for r in self.refused.values() if r[0] == 409)
+        self.unsent = defaultdict(int)  # applied writes no history names -> times applied
+        # Per key, the acknowledgements' times and the highest token
+        # acknowledged up to each of them.
+        self.ack_times, self.ack_best = {}, {}
+        for key, evs in acks.items():
+            evs.sort(key=lambda e: e[0])
+            self.ack_times[key] = [e[0] for e in evs]
+            best, prefix = None, []
+            for e in evs:
+                if best is None or e[1] > best[1]:
+                    best = e
+                prefix.append(best)
+            self.ack_best[key] = prefix
+
+    def applied(self, write):
+        """Counts one application of `write` at the backend."""
+        if write in self.writes:
+            self.writes[write] += 4
+        else:
+            self.unsent[write] += 1
+
+    def best_ack_before(self, key, t):
+        """The acknowledgement with the highest token of `key` among those
+        made before `t`, as (t, token, write, client), or None."""
+        times = self.ack_times.get(key)
+        if times is None:
+            return None
+        i = bisect.bisect_left(times, t)
+        return self.ack_best[key][i - 1] if i else None
+
+    def exactly_once(self, findings):
+        """Every acknowledged write applied once, every refused one never,
+        none twice, none that no client sent."""
+        acked_by_write = None
+        for write, entry in self.writes.items():
+            outcome, n = entry & 3, entry >> 2
+            if outcome == OK and n != 1:
+                if acked_by_write is None:  # only when there is a witness to write
+                    acked_by_write = {e[2]: _ack_rec(k, e)
+                                      for k, evs in self.acks.items() for e in evs}
+                findings.flag("exactly-once",
+                              f"acknowledged {_w(acked_by_write[write])} was applied {n} times")
+            elif outcome == FAIL and n != 0:
+                status, error, client, token, t = self.refused[write]
+                ev = {"write": write, "client": client, "token": token, "t": t}
+                findings.flag("exactly-once",
+                              f"refused ({status} {error}) {_w(ev)} was applied {n} times")
+            elif outcome != OK and n > 1:
+                findings.flag("exactly-once", f"write {write} was applied {n} times")
+        for write in self.unsent:
+            findings.flag("exactly-once", f"applied write {write} was never sent by a client")
+
+    def fence_restart(self, findings, restarts):
+        """After each restart, every key's fence is at least every token
+        acknowledged for it before the kill."""
+        for r in restarts:
+            for key in self.ack_times:
+                best = self.best_ack_before(key, r["t_kill"])
+                if best is None:
+                    continue
+                fence = r["fence"].get(key, 0)
+                if fence < best[1]:
+                    findings.flag(
+                        "fence-restart",
+                        f"key {key}: after the restart at t={r['t_restarted']:.3f} the fence is "
+                        f"{fence}, below {_w(_ack_rec(key, best))} acknowledged before the kill "
+                        f"at t={r['t_kill']:.3f}")
+
+    def stats(self, n_applied):
+        t = self.types
+        return {"leases": t["lease"], "writes": t["invoke"], "ok": t["ok"],
+                "refused_409": self.stale, "refused_other": t["fail"] - self.stale,
+                "unknown": t["info"], "applied": n_applied}
+
+
 def check(applied, history, restarts, check_fence=True, windows=None):
     """Returns {"violations": {property: [witness, ...]}, "counts": {property:
     number of violations}, "stats": {...}}.
@@ -106,71 +231,28 @@ def check(applied, history, restarts, check_fence=True, windows=None):
     applied and history are iterables, each read once (a volume run's are
     files of millions of lines): the checker keeps, per write, one small int
     and, per acknowledged write, one tuple, never the records themselves."""
-    violations = {p: [] for p in PROPERTIES}
-    counts = {p: 0 for p in PROPERTIES}
-
-    def flag(prop, witness):
-        counts[prop] += 1
-        if len(violations[prop]) < MAX_WITNESSES:
-            violations[prop].append(witness)
-
+    findings = Findings(PROPERTIES)
     # With replica pauses: when each write was sent, and the stale applies
     # those pauses explain (write id -> seconds from client to backend).
-    sent_at, explained = {}, {}
+    outcomes = Outcomes(history, sent=bool(windows))
+    sent_at, explained = outcomes.sent_at, {}
 
     def stale_apply(prop, rec, witness):
         if windows and in_window(rec, sent_at, windows) is not None:
             explained[rec["write"]] = rec["t"] - sent_at[rec["write"]]
         else:
-            flag(prop, witness)
-
-    types = defaultdict(int)
-    writes = {}        # write id -> outcome | applied count << 2
-    refused = {}       # write id -> (status, error, client, token, t) of its `fail`
-    acks = defaultdict(list)  # key -> [(t, token, write, client)]
-    for ev in history:
-        kind = ev["type"]
-        types[kind] += 1
-        if kind == "invoke":
-            writes.setdefault(ev["write"], INVOKED)
-            if windows:
-                sent_at.setdefault(ev["write"], ev["t"])
-        elif kind in OUTCOME:
-            writes[ev["write"]] = OUTCOME[kind]
-            if kind == "ok":
-                acks[ev["key"]].append((ev["t"], ev["token"], ev["write"], ev.get("client")))
-            elif kind == "fail":
-                refused[ev["write"]] = (ev.get("status"), ev.get("error"), ev.get("client"),
-                                        ev.get("token"), ev["t"])
-    stale = sum(1 for r in refused.values() if r[0] == 409)
-
-    # Per key, the acknowledgements in time order and the highest token
-    # acknowledged up to each of them.
-    ack_times, ack_best = {}, {}
-    for key, evs in acks.items():
-        evs.sort(key=lambda e: e[0])
-        ack_times[key] = [e[0] for e in evs]
-        best, prefix = None, []
-        for e in evs:
-            if best is None or e[1] > best[1]:
-                best = e
-            prefix.append(best)
-        ack_best[key] = prefix
+            findings.flag(prop, witness)
 
     top = {}           # token-order: key -> highest applied record so far
-    unsent = defaultdict(int)
     n_applied, applied_keys = 0, set()
     for rec in applied:
         n_applied += 1
-        key, token, write = rec["key"], rec.get("token"), rec.get("write")
+        key, token = rec["key"], rec.get("token")
         applied_keys.add(key)
-        if write in writes:
-            writes[write] += 4
-        else:
-            unsent[write] += 1
+        outcomes.applied(rec.get("write"))
         # token-order: per key, in apply order.
         if token is None:
-            flag("token-order", f"key {key}: {_w(rec)} was applied without a token")
+            findings.flag("token-order", f"key {key}: {_w(rec)} was applied without a token")
             continue
         best = top.get(key)
         if best is not None and token < best["token"]:
@@ -179,57 +261,21 @@ def check(applied, history, restarts, check_fence=True, windows=None):
             top[key] = rec
         # after-ack: against the highest token acknowledged (to any client)
         # before the moment it was applied.
-        times = ack_times.get(key)
-        if times is None:
-            continue
-        i = bisect.bisect_left(times, rec["t"])
-        if i == 0:
-            continue
-        best_ack = ack_best[key][i - 1]
-        if best_ack[1] > token:
+        best_ack = outcomes.best_ack_before(key, rec["t"])
+        if best_ack is not None and best_ack[1] > token:
             stale_apply("after-ack", rec, f"key {key}: {_w(rec)} applied after "
                                           f"{_w(_ack_rec(key, best_ack))} was acknowledged")
 
-    # exactly-once.
-    acked_by_write = None
-    for write, entry in writes.items():
-        outcome, n = entry & 3, entry >> 2
-        if outcome == OK and n != 1:
-            if acked_by_write is None:  # only when there is a witness to write
-                acked_by_write = {e[2]: _ack_rec(k, e) for k, evs in acks.items() for e in evs}
-            flag("exactly-once", f"acknowledged {_w(acked_by_write[write])} was applied {n} times")
-        elif outcome == FAIL and n != 0:
-            status, error, client, token, t = refused[write]
-            ev = {"write": write, "client": client, "token": token, "t": t}
-            flag("exactly-once", f"refused ({status} {error}) {_w(ev)} was applied {n} times")
-        elif outcome != OK and n > 1:
-            flag("exactly-once", f"write {write} was applied {n} times")
-    for write in unsent:
-        flag("exactly-once", f"applied write {write} was never sent by a client")
-
-    # fence-restart.
+    outcomes.exactly_once(findings)
     if check_fence:
-        for r in restarts:
-            for key, times in ack_times.items():
-                i = bisect.bisect_left(times, r["t_kill"])
-                if i == 0:
-                    continue
-                best = ack_best[key][i - 1]
-                fence = r["fence"].get(key, 0)
-                if fence < best[1]:
-                    flag("fence-restart",
-                         f"key {key}: after the restart at t={r['t_restarted']:.3f} the fence is "
-                         f"{fence}, below {_w(_ack_rec(key, best))} acknowledged before the kill "
-                         f"at t={r['t_kill']:.3f}")
+        outcomes.fence_restart(findings, restarts)
 
-    stats = {"leases": types["lease"], "writes": types["invoke"], "ok": types["ok"],
-             "refused_409": stale, "refused_other": types["fail"] - stale,
-             "unknown": types["info"], "applied": n_applied, "keys": len(applied_keys)}
+    stats = dict(outcomes.stats(n_applied), keys=len(applied_keys))
     if windows is not None:
         stats["replica_pauses"] = len(windows)
         stats["window"] = len(explained)
         stats["window_held_max_s"] = round(max(explained.values(), default=0.0), 3)
-    return {"violations": violations, "counts": counts, "stats": stats}
+    return findings.result(stats)
 
 
 def load_run(run_dir):
@@ -247,6 +293,9 @@ def load_run(run_dir):
 
 def check_run(run_dir):
     applied, history, restarts, meta = load_run(run_dir)
+    if meta.get("workload") == "tree":
+        import tree_checker  # imported here: it imports this module
+        return tree_checker.check_run(run_dir, meta, history, restarts)
     if meta.get("workload") == "idempotent":
         limits = idempotent_checker.Limits(meta["in_flight_timeout_ms"] / 1000.0,
                                            meta["upstream_timeout_ms"] / 1000.0)

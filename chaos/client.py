@@ -136,37 +136,71 @@ class EtcdLocks:
         post_json(self.url, "/v3/lease/revoke", {"ID": lease}, timeout=2)
 
 
-def write(hist, url, key, token, write_id):
-    fields = {"key": key, "token": token, "write": write_id}
+def send(hist, url, method, path, fields, body=b"", headers=None, refusals=DEFINITE_REFUSALS,
+         backend_refusals=False):
+    """One write, recorded: `invoke`, then `ok` (2xx), `fail` (a refusal
+    that certainly did not forward: fencegate's error in `refusals`, or with
+    `backend_refusals` a 4xx the backend answered itself, whose body is not
+    one of fencegate's errors) or `info` (fate unknown). `fields` (key,
+    token, write, ...) go into each record; the token, the client and the
+    write id go out as headers."""
     hist.add("invoke", **fields)
-    body = json.dumps({"client": hist.client, **fields}).encode()
-    headers = {"Fencing-Token": str(token), "X-Chaos-Client": hist.client,
-               "X-Chaos-Write": write_id, "Content-Type": "application/json"}
+    headers = {"Fencing-Token": str(fields["token"]), "X-Chaos-Client": hist.client,
+               "X-Chaos-Write": fields["write"], **(headers or {})}
     try:
-        status, resp = request(url, "PUT", f"/objects/{key}", body, headers)
+        status, resp = request(url, method, path, body, headers)
     except (OSError, http.client.HTTPException) as e:
         return hist.add("info", **fields, error=str(e) or type(e).__name__)
     if 200 <= status < 300:
         return hist.add("ok", **fields, status=status)
     try:
         error = json.loads(resp).get("error", "")
-    except ValueError:
+    except (ValueError, AttributeError):
         error = ""
-    kind = "fail" if error in DEFINITE_REFUSALS else "info"
-    return hist.add(kind, **fields, status=status, error=error)
+    certain = error in refusals or (backend_refusals and not error and 400 <= status < 500)
+    return hist.add("fail" if certain else "info", **fields, status=status, error=error)
+
+
+def try_acquire(locks, name):
+    """The lock's (token, lease), or None when it was not granted."""
+    try:
+        return locks.acquire(name)
+    except (OSError, http.client.HTTPException, ValueError, KeyError):
+        return None
+
+
+def try_release(locks, name, lease):
+    try:
+        locks.release(name, lease)
+    except (OSError, http.client.HTTPException, ValueError):
+        pass
+
+
+def write(hist, url, key, token, write_id):
+    fields = {"key": key, "token": token, "write": write_id}
+    body = json.dumps({"client": hist.client, **fields}).encode()
+    return send(hist, url, "PUT", f"/objects/{key}", fields, body,
+                {"Content-Type": "application/json"})
+
+
+def client_arguments(description):
+    """An argument parser with what every chaos client takes: its id, its
+    seed, its CLOCK_MONOTONIC deadline and its history file."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--id", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--until", type=float, required=True, help="CLOCK_MONOTONIC deadline")
+    ap.add_argument("--history", required=True)
+    return ap
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--id", required=True)
+    ap = client_arguments(__doc__.splitlines()[0])
     ap.add_argument("--lock", choices=["fencegate", "etcd"], required=True)
     ap.add_argument("--lock-url", required=True)
     ap.add_argument("--write-url", required=True)
     ap.add_argument("--keys", required=True, help="comma-separated")
     ap.add_argument("--ttl-ms", type=int, default=1000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--until", type=float, required=True, help="CLOCK_MONOTONIC deadline")
-    ap.add_argument("--history", required=True)
     args = ap.parse_args()
 
     rng = random.Random(args.seed)
@@ -178,10 +212,7 @@ def main():
     while time.monotonic() < args.until:
         key = rng.choice(keys)
         name = f"chaos-{key}"
-        try:
-            grant = locks.acquire(name)
-        except (OSError, http.client.HTTPException, ValueError, KeyError):
-            grant = None
+        grant = try_acquire(locks, name)
         if grant is None:
             hist.add("no-lease", key=key)
             time.sleep(rng.uniform(0.01, 0.1))  # back off before the next try
@@ -193,10 +224,7 @@ def main():
             seq += 1
             write(hist, args.write_url, key, token, f"{args.id}-{seq}")
         if rng.random() < 0.8:
-            try:
-                locks.release(name, lease)
-            except (OSError, http.client.HTTPException, ValueError):
-                pass
+            try_release(locks, name, lease)
     return 0
 
 

@@ -1,5 +1,6 @@
-"""The checker must catch each kind of stale or lost write, and each
-payment run twice where the contract does not allow it: synthetic
+"""The checker must catch each kind of stale or lost write, each payment
+run twice where the contract does not allow it, and each stale write that
+changed a member of the tree, directly or through a collection: synthetic
 histories, one per property, next to the clean history they break."""
 
 import json
@@ -10,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import checker  # noqa: E402
 import idempotent_checker  # noqa: E402
+import tree_checker  # noqa: E402
 
 
 def inv(client, write, key, token, t):
@@ -428,3 +430,216 @@ def test_an_idempotent_run_directory_is_checked_by_its_own_checker(tmp_path):
     result = checker.check_run(str(tmp_path))
     assert set(result["counts"]) == set(idempotent_checker.PROPERTIES)
     assert sum(result["counts"].values()) == 0 and result["stats"]["applied"] == 2
+
+
+# --- the tree workload (tree_client.py, nginx WebDAV) ------------------------
+# nginx logs each request when it has answered it, in wall-clock time; the
+# clients' histories are in CLOCK_MONOTONIC. WALL is the run's clock offset.
+
+WALL = 1_800_000_000.0
+NGINX = "http://127.0.0.1:8000"
+STAGING = {"/staging/s0/x0": b"staging x0\n", "/staging/s0/sub/y0": b"staging y0\n"}
+
+
+def tree_write(client, write, method, path, token, t, outcome="ok", status=201, dest=None,
+               applied=True):
+    """One write of the tree workload: its history (invoke at t, outcome at
+    t + 0.2) and, when nginx answered it, its line of the request log (at
+    t + 0.1, with `status`)."""
+    keys = tree_checker.keys_of(method, path, dest or "")
+    fields = {"key": keys[0], "keys": keys, "token": token, "write": write, "method": method,
+              "path": path, **({"dest": dest} if dest else {})}
+    history = [{"t": t, "client": client, "type": "invoke", **fields},
+               {"t": t + 0.2, "client": client, "type": outcome, **fields, "status": status,
+                "error": "stale_token" if status == 409 else ""}]
+    line = {"t": WALL + t + 0.1, "method": method, "uri": path,
+            "dest": f"{NGINX}{dest}" if dest else "", "token": str(token), "write": write,
+            "client": client, "status": status}
+    return history, [line] if applied else []
+
+
+def tree_run(*writes):
+    """The history and the request log of these writes, in this order."""
+    history, log = [], []
+    for h, line in writes:
+        history += h
+        log += line
+    return log, sorted(history, key=lambda e: e["t"])
+
+
+def tree_clean():
+    """A member written with 10; a DELETE of its collection with 5 refused
+    (409), then one with 11 applied; a COPY of staging with 12 and a MOVE
+    of the copy with 13; two PUTs of one lease (14) in the moved
+    collection; a DELETE nginx answers 404; a PUT with 9 that never came
+    back and never landed."""
+    writes = [
+        tree_write("c1", "c1-1", "PUT", "/objects/d0/x0", 10, 1.0),
+        tree_write("c2", "c2-1", "DELETE", "/objects/d0/", 5, 1.5, "fail", 409, applied=False),
+        tree_write("c2", "c2-2", "DELETE", "/objects/d0/", 11, 2.0, status=204),
+        tree_write("c3", "c3-1", "COPY", "/staging/s0/", 12, 2.5, dest="/objects/d1/"),
+        tree_write("c3", "c3-2", "MOVE", "/objects/d1/", 13, 3.0, dest="/objects/d2/"),
+        tree_write("c4", "c4-1", "PUT", "/objects/d2/x0", 14, 3.5, status=204),
+        tree_write("c4", "c4-2", "PUT", "/objects/d2/x0", 14, 4.0, status=204),
+        tree_write("c5", "c5-1", "DELETE", "/objects/d1/", 15, 4.5, "fail", 404),
+        tree_write("c1", "c1-2", "PUT", "/objects/d0/x1", 9, 5.0, "info", None, applied=False),
+    ]
+    log, history = tree_run(*writes)
+    disk = {"/objects/d2/x0": tree_checker.member_body("c4-2", 14),
+            "/objects/d2/sub/y0": STAGING["/staging/s0/sub/y0"]}
+    restarts = [{"t_kill": 5.5, "t_restarted": 6.0,
+                 "fence": {"/objects/d0": 11, "/objects/d0/x0": 10, "/objects/d1": 13,
+                           "/objects/d2": 13, "/objects/d2/x0": 14}}]
+    return log, history, restarts, disk
+
+
+def check_tree(log, history, restarts, disk):
+    return tree_checker.check(log, history, restarts, STAGING, disk, clock_offset=WALL)
+
+
+def test_a_clean_tree_history_has_no_violation():
+    result = check_tree(*tree_clean())
+    assert count(result) == {p: 0 for p in tree_checker.PROPERTIES}, result
+    s = result["stats"]
+    assert s["applied"] == 6 and s["ok"] == 6 and s["refused_409"] == 1
+    assert s["refused_other"] == 1 and s["unknown"] == 1
+    assert s["applied_by_method"] == {"PUT": 3, "DELETE": 1, "COPY": 1, "MOVE": 1}
+
+
+def test_a_stale_delete_after_a_newer_member_write_breaks_tree_order():
+    log, history, restarts, disk = tree_clean()
+    # The DELETE with 5 goes through after the member's PUT with 10.
+    stale_h, stale_log = tree_write("c2", "c2-1", "DELETE", "/objects/d0/", 5, 1.5, status=204)
+    history = [e for e in history if e["write"] != "c2-1"] + stale_h
+    log.insert(1, stale_log[0])
+    result = check_tree(log, history, restarts, disk)
+    assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0) | {"tree-order": 1}, result
+    witness = result["violations"]["tree-order"][0]
+    assert witness.startswith("at /objects/d0: DELETE /objects/d0/ c2-1 (client c2, token 5")
+    assert "PUT /objects/d0/x0 c1-1 (client c1, token 10, t=1.100)" in witness
+
+
+def test_a_move_over_a_newer_write_in_either_subtree_breaks_tree_order():
+    for member in ("/objects/d0/x0", "/objects/d1/x0"):  # in its source, in its destination
+        log, history = tree_run(
+            tree_write("c1", "c1-1", "PUT", member, 20, 1.0),
+            tree_write("c2", "c2-1", "MOVE", "/objects/d0/", 15, 2.0, dest="/objects/d1/"))
+        disk = {"/objects/d1/x0": tree_checker.member_body("c1-1", 20)} \
+            if member.startswith("/objects/d0/") else {}
+        result = check_tree(log, history, [], disk)
+        assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0) | {"tree-order": 1}
+        assert (f"at {member.rsplit('/', 1)[0]}: MOVE /objects/d0/ -> /objects/d1/ c2-1"
+                in result["violations"]["tree-order"][0])
+        # With a token newer than the member's, the same MOVE is in order.
+        log[1]["token"] = "21"
+        assert count(check_tree(log, history, [], disk))["tree-order"] == 0
+
+
+def test_tree_order_compares_only_writes_that_overlap():
+    disk = {"/objects/d0/x0": tree_checker.member_body("c1-1", 20),
+            "/objects/d1/x0": tree_checker.member_body("c2-1", 5)}
+    # Another collection, a sibling member, a collection named without its
+    # slash: only the last overlaps.
+    log, history = tree_run(
+        tree_write("c1", "c1-1", "PUT", "/objects/d0/x0", 20, 1.0),
+        tree_write("c2", "c2-1", "PUT", "/objects/d1/x0", 5, 2.0),
+        tree_write("c3", "c3-1", "PUT", "/objects/d0/x1", 6, 3.0),
+        tree_write("c3", "c3-2", "DELETE", "/objects/d0/x1", 6, 3.5, status=204),
+        tree_write("c4", "c4-1", "COPY", "/staging/s0/", 7, 4.0, dest="/objects/d0/sub"))
+    disk["/objects/d0/sub/x0"] = STAGING["/staging/s0/x0"]
+    disk["/objects/d0/sub/sub/y0"] = STAGING["/staging/s0/sub/y0"]
+    result = check_tree(log, history, [], disk)
+    assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0), result
+    # A PUT older than a DELETE of its collection spelt without the slash.
+    log, history = tree_run(
+        tree_write("c1", "c1-1", "DELETE", "/objects/d0", 20, 1.0, "fail", 404),
+        tree_write("c2", "c2-1", "DELETE", "/objects/d0", 20, 1.5, status=204),
+        tree_write("c3", "c3-1", "PUT", "/objects/d0/x0", 19, 2.0))
+    disk = {"/objects/d0/x0": tree_checker.member_body("c3-1", 19)}
+    result = check_tree(log, history, [], disk)
+    assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0) | {"tree-order": 1}
+    assert "applied after DELETE /objects/d0 c2-1" in result["violations"]["tree-order"][0]
+
+
+def test_an_equal_token_repeat_is_in_order():
+    log, history = tree_run(
+        tree_write("c1", "c1-1", "DELETE", "/objects/d0/", 8, 1.0, status=204),
+        tree_write("c1", "c1-2", "PUT", "/objects/d0/x0", 8, 2.0),
+        tree_write("c1", "c1-3", "PUT", "/objects/d0/x0", 8, 3.0, status=204),
+        tree_write("c1", "c1-4", "DELETE", "/objects/d0/", 8, 4.0, status=204))
+    result = check_tree(log, history, [], {})
+    assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0), result
+    log[2]["token"] = "7"
+    assert count(check_tree(log, history, [], {}))["tree-order"] == 1
+
+
+def test_a_tree_write_applied_without_a_token_breaks_tree_order():
+    log, history, restarts, disk = tree_clean()
+    log[2]["token"] = ""
+    result = check_tree(log, history, restarts, disk)
+    assert count(result)["tree-order"] == 1
+    assert "COPY /staging/s0/ -> /objects/d1/ c3-1" in result["violations"]["tree-order"][0]
+    assert "without a token" in result["violations"]["tree-order"][0]
+
+
+def test_a_tree_on_disk_unlike_the_applied_writes_breaks_final_tree():
+    log, history, restarts, disk = tree_clean()
+    body = tree_checker.member_body("c4-2", 14)
+    for bad, what in (({"/objects/d2/sub/y0": disk["/objects/d2/sub/y0"]}, "missing on disk"),
+                      (dict(disk, **{"/objects/d0/x0": b"old"}), "no such file"),
+                      (dict(disk, **{"/objects/d2/x0": b"lost update"}), "writes leave")):
+        result = check_tree(log, history, restarts, bad)
+        assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0) | {"final-tree": 1}
+        assert what in result["violations"]["final-tree"][0], result
+    # The witness names the write that last set the file.
+    result = check_tree(log, history, restarts, {"/objects/d2/sub/y0": b"staging y0\n"})
+    assert f"leave it as {body!r}; last written by PUT /objects/d2/x0 c4-2" in \
+        result["violations"]["final-tree"][0]
+    # A write the log does not show, which did land: the disk tells.
+    assert log[5]["write"] == "c4-2"
+    result = check_tree(log[:5] + log[6:], history, restarts, disk)
+    assert count(result)["final-tree"] == 1 and count(result)["exactly-once"] == 1
+
+
+def test_tree_writes_lost_doubled_or_unsent_break_exactly_once():
+    log, history, restarts, disk = tree_clean()
+    assert count(check_tree(log + [dict(log[2], t=WALL + 3.2)], history, restarts,
+                            disk))["exactly-once"] == 1
+    refused_applied = dict(log[0], write="c2-1", token="5", method="DELETE",
+                           uri="/objects/d0/", t=WALL + 1.6, status=204)
+    result = check_tree(log[:1] + [refused_applied] + log[1:], history, restarts, disk)
+    assert any("refused (409 stale_token)" in w for w in result["violations"]["exactly-once"])
+    unsent = dict(log[5], write="c9-1", client="c9", t=WALL + 4.3)
+    result = check_tree(log + [unsent], history, restarts, disk)
+    assert any("c9-1" in w and "never sent" in w for w in result["violations"]["exactly-once"])
+    # The harness's staging writes are not clients' writes.
+    staging = dict(log[0], uri="/staging/s0/x0", token="", write="", client="harness")
+    assert count(check_tree([staging] + log, history, restarts, disk))["exactly-once"] == 0
+
+
+def test_a_fence_lost_under_either_key_of_a_move_breaks_fence_restart():
+    log, history, restarts, disk = tree_clean()
+    for key in ("/objects/d1", "/objects/d2"):
+        lost = [dict(restarts[0], fence=dict(restarts[0]["fence"], **{key: 12}))]
+        result = check_tree(log, history, lost, disk)
+        assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0) | {"fence-restart": 1}
+        assert f"key {key}: " in result["violations"]["fence-restart"][0]
+        assert "c3-2" in result["violations"]["fence-restart"][0]
+
+
+def test_a_tree_run_directory_is_checked_by_its_own_checker(tmp_path):
+    log, history, restarts, disk = tree_clean()
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "c.jsonl").write_text("".join(json.dumps(e) + "\n" for e in history))
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    (tmp_path / "restarts.jsonl").write_text(json.dumps(restarts[0]) + "\n")
+    for path, body in disk.items():
+        f = tmp_path / "nginx" / "www" / path.lstrip("/")
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(body)
+    (tmp_path / "meta.json").write_text(json.dumps(
+        {"workload": "tree", "through_fencegate": True, "nginx_root": "nginx/www",
+         "clock_offset": WALL, "staging": {p: b.decode() for p, b in STAGING.items()}}))
+    result = checker.check_run(str(tmp_path))
+    assert count(result) == dict.fromkeys(tree_checker.PROPERTIES, 0), result
+    assert result["stats"]["files"] == 2 and result["stats"]["applied"] == 6
