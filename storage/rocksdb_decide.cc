@@ -139,7 +139,11 @@ Status RocksDbStore::DecideTreeRequest(WriteRequest& r, bool from_caller, KnownT
     if (put.ok()) put = changes.Put(key, EncodeToken(token));
   }
   for (const auto& [path, node] : decided.nodes) {
-    if (put.ok()) put = changes.Put(TreeKeyOf(path), EncodeTreeNode(node));
+    if (!put.ok()) break;
+    node_key_.assign(kTreeKeyPrefix);
+    node_key_.append(path);
+    EncodeTreeNodeInto(node, &node_bytes_);
+    put = changes.Put(node_key_, node_bytes_);
   }
   if (!put.ok()) {
     (void)changes.RollbackToSavePoint();

@@ -350,6 +350,10 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   NodeCache node_cache_;
   // The nodes the batch being decided changes, in order; lane only.
   std::vector<std::pair<std::string, TreeNode>> nodes_written_;
+  // A node's key and record as they go into the batch, kept between writes
+  // so that neither is allocated for each; lane only.
+  std::string node_key_;
+  std::string node_bytes_;
 
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> batches_{0};

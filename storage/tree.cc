@@ -60,6 +60,13 @@ bool IsTreePath(std::string_view path) {
 
 std::string EncodeTreeNode(const TreeNode& node) {
   std::string out;
+  EncodeTreeNodeInto(node, &out);
+  return out;
+}
+
+void EncodeTreeNodeInto(const TreeNode& node, std::string* into) {
+  std::string& out = *into;
+  out.clear();
   size_t size = 2 + 3 * 8 + 4 + node.key.size() + 4 + node.below_path.size() + 1;
   for (const TreeNode::Below& b : node.below_keys) size += 8 + b.key.size() + b.path.size();
   out.reserve(size);
@@ -76,7 +83,6 @@ std::string EncodeTreeNode(const TreeNode& node) {
     PutBytes(&out, b.key);
     PutBytes(&out, b.path);
   }
-  return out;
 }
 
 bool DecodeTreeNode(std::string_view in, TreeNode* node) {
@@ -95,9 +101,12 @@ bool DecodeTreeNode(std::string_view in, TreeNode* node) {
   const auto n = static_cast<size_t>(static_cast<unsigned char>(in[0]));
   in.remove_prefix(1);
   if (n > TreeNode::kBelowKeys) return false;
-  node->below_keys.resize(n);
-  for (TreeNode::Below& b : node->below_keys) {
-    if (!GetBytes(&in, &b.key) || !GetBytes(&in, &b.path)) return false;
+  if (n > 0) {
+    TreeBelowKeys::List below(n);
+    for (TreeNode::Below& b : below) {
+      if (!GetBytes(&in, &b.key) || !GetBytes(&in, &b.path)) return false;
+    }
+    node->below_keys.assign(std::move(below));
   }
   return in.empty();
 }

@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,15 +56,53 @@ struct TreeWrite {
   bool raise = false;
 };
 
+// A key fenced below a path, with one path that is.
+struct TreeBelow {
+  std::string key;
+  std::string path;
+  bool operator==(const TreeBelow&) const = default;
+};
+
+// The keys fenced below a path (TreeNode::below_keys): a list that copies of
+// a node share until one of them changes it. Every write below a
+// collection copies the collection's node to raise its `below`, and almost
+// none changes its list.
+class TreeBelowKeys {
+ public:
+  using List = std::vector<TreeBelow>;
+  TreeBelowKeys() = default;
+  TreeBelowKeys(std::initializer_list<TreeBelow> items)
+      : items_(std::make_shared<const List>(items)) {}
+
+  const List& list() const { return items_ != nullptr ? *items_ : Empty(); }
+  List::const_iterator begin() const { return list().begin(); }
+  List::const_iterator end() const { return list().end(); }
+  size_t size() const { return list().size(); }
+  bool empty() const { return list().empty(); }
+  const TreeBelow& front() const { return list().front(); }
+  void push_back(TreeBelow item) {
+    List next = list();
+    next.push_back(std::move(item));
+    items_ = std::make_shared<const List>(std::move(next));
+  }
+  void assign(List items) { items_ = std::make_shared<const List>(std::move(items)); }
+  bool operator==(const TreeBelowKeys& other) const {
+    return items_ == other.items_ || list() == other.list();
+  }
+
+ private:
+  static const List& Empty() {
+    static const List kEmpty;
+    return kEmpty;
+  }
+  std::shared_ptr<const List> items_;  // immutable once shared
+};
+
 // What a store keeps for one path.
 struct TreeNode {
   // Distinct keys fenced strictly below the path, each with one path that
   // is, up to kBelowKeys of them; `more_keys` once there were more.
-  struct Below {
-    std::string key;
-    std::string path;
-    bool operator==(const Below&) const = default;
-  };
+  using Below = TreeBelow;
   static constexpr size_t kBelowKeys = 4;
 
   bool fenced = false;     // a write targeted this path itself
@@ -72,7 +112,7 @@ struct TreeNode {
   uint64_t subtree = 0;    // the highest token of those that were subtree writes
   uint64_t below = 0;      // the highest token accepted strictly below
   std::string below_path;  // a path strictly below that holds `below`
-  std::vector<Below> below_keys;
+  TreeBelowKeys below_keys;
   bool more_keys = false;
 
   bool operator==(const TreeNode&) const = default;
@@ -89,6 +129,9 @@ inline constexpr size_t kMaxTreePathBytes = 16384;
 // The record of a node, as every engine stores it (a versioned binary
 // form); false when `in` is not one.
 std::string EncodeTreeNode(const TreeNode& node);
+// The same into `out`, replacing what it held: a buffer kept between
+// writes is not allocated again.
+void EncodeTreeNodeInto(const TreeNode& node, std::string* out);
 bool DecodeTreeNode(std::string_view in, TreeNode* node);
 
 // A path a tree write may target: canonical ("/" or "/a/b": no empty

@@ -213,8 +213,10 @@ TEST(ExportImportTest, TheTreeRoundTripsAndDecidesAsBefore) {
   // keys below in any order: import raises paths side by side).
   auto sorted = [](std::optional<TreeNode> node) {
     if (node) {
-      std::sort(node->below_keys.begin(), node->below_keys.end(),
+      TreeBelowKeys::List below = node->below_keys.list();
+      std::sort(below.begin(), below.end(),
                 [](const TreeNode::Below& a, const TreeNode::Below& b) { return a.key < b.key; });
+      node->below_keys.assign(std::move(below));
     }
     return node;
   };
