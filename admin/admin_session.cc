@@ -215,7 +215,26 @@ void AdminSession::HandleKey(const std::string& key, bool fence) {
     SendFromStore(std::move(self),
                   MakeJson(http::status::ok, {{"key", key}, {"token", f.current}}));
   };
-  auto raise = [&] { ctx_.store->Raise(key, token, std::move(raised)); };
+  auto raise = [&] {
+    std::optional<std::string> path;
+    if (ctx_.tree_path_of_key) path = ctx_.tree_path_of_key(key);
+    if (!path) return ctx_.store->Raise(key, token, std::move(raised));
+    // The key fences a path of the tree: its node takes the fence with the
+    // key, as an accepted write would leave it, so that a write over the
+    // path (a DELETE of a collection above it) is decided against it too.
+    storage::TreeWrite write;
+    write.keys = {key};
+    write.token = token;
+    write.targets = {storage::TreeTarget{std::move(*path), key, /*subtree=*/false,
+                                         storage::Nesting::kPerKey}};
+    write.raise = true;
+    ctx_.store->AdvanceTree(std::move(write),
+                            [raised = std::move(raised)](const storage::Status& st,
+                                                         storage::TreeVerdict v) mutable {
+                              const uint64_t current = v.current.empty() ? 0 : v.current.front();
+                              raised(st, storage::Fence{st.ok(), current});
+                            });
+  };
   // Through the key's queue (docs/contract.md, "Admin API"): the writes
   // already queued for the key, whose Advances the store decided before this
   // Raise, learn the fence at their turn and are refused if their token is

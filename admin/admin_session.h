@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -66,6 +67,10 @@ struct AdminContext {
   // The proxy's per-key queue: the admin fence goes through it (a barrier
   // for writes already queued, KeyQueue::Fence). Null: straight to the store.
   KeyQueue* queue = nullptr;
+  // The path of the tree a key fences under the running routes
+  // (proxy::TreePathOfKey), for the admin fence to raise that path's node
+  // with the key; empty or nullopt: the key alone is raised.
+  std::function<std::optional<std::string>(std::string_view key)> tree_path_of_key;
   // The store's idempotency records (TokenStore::Idempotency()); set when a
   // route has `idempotency:`.
   storage::IdempotencyStore* idempotency = nullptr;

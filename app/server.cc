@@ -74,6 +74,9 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
   admin_ctx_.config = [this] { return ctx_.live.Get()->config; };
   admin_ctx_.store = &store_;
   admin_ctx_.queue = &queue_;
+  admin_ctx_.tree_path_of_key = [this](std::string_view key) {
+    return proxy::TreePathOfKey(*ctx_.live.Get()->router, key);
+  };
   admin_ctx_.idempotency_counters = &ctx_.idempotency_counters;
   admin_ctx_.set_faults = std::move(set_faults);
   for (auto& ioc : iocs_) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <array>
 #include <memory>
 #include <utility>
 
@@ -15,47 +14,11 @@ namespace {
 
 constexpr size_t kExamples = 3;
 
-// Whether a route of the tree fences its writes under keys other than
-// their paths: its keys cannot be mapped back to paths.
-bool KeysOtherThanPaths(const proxy::Route& route) {
-  if (route.mode == config::RouteMode::kOff || route.nesting == config::RouteNesting::kOff) {
-    return false;
-  }
-  if (route.key.max_capture() != 0 || !route.key.header_names().empty()) return true;
-  std::string probe;
-  const auto none = [](std::string_view) -> std::optional<std::string_view> {
-    return std::nullopt;
-  };
-  return route.key.Expand("/probe", {}, none, &probe) !=
-             proxy::KeyTemplate::ExpandError::kNone ||
-         probe != "/probe";
-}
-
-}  // namespace
-
-std::optional<std::string> PathOfKey(const proxy::Router& router, std::string_view key) {
-  if (key.empty() || key.front() != '/' || !storage::IsTreePath(key)) return std::nullopt;
-  // The methods a route may cover: a key written through any of them is
-  // the path's own (its subtree writes are the tree's and came with it).
-  static constexpr std::array<std::string_view, 3> kMethods = {"PUT", "POST", "PATCH"};
-  for (std::string_view method : kMethods) {
-    const proxy::RouteMatch m = router.Match(method, key);
-    if (m.route == nullptr || !m.fenced || m.route->nesting == config::RouteNesting::kOff ||
-        KeysOtherThanPaths(*m.route) || m.KeyPath(key) != key) {
-      continue;
-    }
-    return std::string(key);
-  }
-  return std::nullopt;
-}
-
-namespace {
-
 // A plan with the routes of the tree that key otherwise, and no key yet.
 TreeEntryPlan EmptyPlan(const proxy::Router& router) {
   TreeEntryPlan plan;
   for (const proxy::Route& r : router.routes()) {
-    if (KeysOtherThanPaths(r)) plan.other_keyed_routes.push_back(r.name);
+    if (proxy::KeysOtherThanPaths(r)) plan.other_keyed_routes.push_back(r.name);
   }
   return plan;
 }
@@ -69,7 +32,7 @@ bool AddKey(const proxy::Router& router, const std::string& key, uint64_t token,
   }
   if (key.starts_with('\0')) return true;  // the lock service's counters and the like
   ++plan->keys;
-  if (std::optional<std::string> path = PathOfKey(router, key)) {
+  if (std::optional<std::string> path = proxy::TreePathOfKey(router, key)) {
     plan->paths.push_back(storage::TokenRecord{key, token, std::move(*path), {}});
   } else if (!plan->other_keyed_routes.empty()) {
     if (plan->unmapped_examples.size() < kExamples) plan->unmapped_examples.push_back(key);

@@ -44,12 +44,6 @@ struct TreeEntryPlan {
   std::vector<std::string> other_keyed_routes;  // those routes, by name
 };
 
-// The path a stored key fences: the key itself when a write to it, on the
-// route that matches it, is fenced under that key with the path as its
-// target in the tree; nullopt otherwise (another template, a route with
-// nesting: off, no route, not a canonical path).
-std::optional<std::string> PathOfKey(const proxy::Router& router, std::string_view key);
-
 // Reads every key of the store that `options` names, before it opens for
 // serving (it blocks on disk or network reads), and plans the entry.
 // stop_if_entered: stop at the marker when the store has it (the start's

@@ -1,9 +1,11 @@
 #include "fence/router.h"
 
 #include <algorithm>
+#include <array>
 
 #include "fence/canonical_path.h"
 #include "fence/tchar.h"
+#include "storage/tree.h"
 
 namespace fencegate::proxy {
 namespace {
@@ -357,6 +359,35 @@ RouteMatch Router::Match(std::span<const std::string_view> methods,
     return m;
   }
   return m;
+}
+
+bool KeysOtherThanPaths(const Route& route) {
+  if (route.mode == config::RouteMode::kOff || route.nesting == config::RouteNesting::kOff) {
+    return false;
+  }
+  if (route.key.max_capture() != 0 || !route.key.header_names().empty()) return true;
+  std::string probe;
+  const auto none = [](std::string_view) -> std::optional<std::string_view> {
+    return std::nullopt;
+  };
+  return route.key.Expand("/probe", {}, none, &probe) != KeyTemplate::ExpandError::kNone ||
+         probe != "/probe";
+}
+
+std::optional<std::string> TreePathOfKey(const Router& router, std::string_view key) {
+  if (key.empty() || key.front() != '/' || !storage::IsTreePath(key)) return std::nullopt;
+  // The methods a route may cover: a key written through any of them is
+  // the path's own (its subtree writes are the tree's and came with it).
+  static constexpr std::array<std::string_view, 3> kMethods = {"PUT", "POST", "PATCH"};
+  for (std::string_view method : kMethods) {
+    const RouteMatch m = router.Match(method, key);
+    if (m.route == nullptr || !m.fenced || m.route->nesting == config::RouteNesting::kOff ||
+        KeysOtherThanPaths(*m.route) || m.KeyPath(key) != key) {
+      continue;
+    }
+    return std::string(key);
+  }
+  return std::nullopt;
 }
 
 }  // namespace fencegate::proxy

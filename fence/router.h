@@ -147,4 +147,15 @@ class Router {
   std::vector<std::string> default_subtree_;
 };
 
+// Whether a route of the tree fences its writes under keys other than
+// their paths (a template with captures or headers, or text around
+// {path}): its keys cannot be mapped back to paths.
+bool KeysOtherThanPaths(const Route& route);
+
+// The path of the tree a stored key fences: the key itself when a write to
+// it, on the route that matches it, is fenced under that key with the path
+// as its target in the tree; nullopt otherwise (another template, a route
+// with nesting: off, no route, not a canonical path).
+std::optional<std::string> TreePathOfKey(const Router& router, std::string_view key);
+
 }  // namespace fencegate::proxy

@@ -6,9 +6,12 @@ holder (or a write with no token) change a fenced member is refused, the
 member keeps its last fenced body on the backend's disk, and the same
 collection operations with a token that orders them go through."""
 
+import os
+
 import pytest
 
-from fg_helpers import ApacheDav, NginxDav, assert_json_error, build_request, raw_exchange
+from fg_helpers import (ApacheDav, NginxDav, admin_key_path, assert_json_error, build_request,
+                        raw_exchange)
 
 ROUTES = [
     {"name": "objects", "path_prefix": "/objects/"},
@@ -143,6 +146,35 @@ def test_shared_tokens_compare_along_the_tree(dav, nginx):
                       path="/objects/d", current=35)
     assert nginx.file("objects/d/y") is None
     ok(send(gate, "PUT", "/objects/d/y", 36, b"newer"))
+
+
+def test_an_admin_fence_on_a_paths_key_fences_the_path_in_the_tree(dav, nginx):
+    gate = dav([{"name": "objects", "path_prefix": "/objects/", "nesting": "shared"}])
+    ok(send(gate, "PUT", "/objects/d/x", 34, b"fenced 34"))
+    r = gate.admin_post(admin_key_path("/objects/d/x") + "/fence", {"token": 100})
+    assert r.status == 200 and r.json()["token"] == 100, r
+    # A write over x older than the fence is refused, whichever key it has.
+    assert_json_error(send(gate, "DELETE", "/objects/d/", 50), 409, "stale_token",
+                      path="/objects/d/x", current=100)
+    assert nginx.file("objects/d/x") == b"fenced 34"
+    node = gate.admin_get("/v1/paths/" + "objects/d/x")
+    assert node.status == 200 and node.json()["token"] == 100, node
+    ok(send(gate, "DELETE", "/objects/d/", 101))
+
+
+def test_an_admin_fence_on_a_path_never_written_is_in_the_tree(dav, nginx):
+    gate = dav()
+    # A file the backend holds that no write through fencegate made.
+    os.makedirs(os.path.join(nginx.root, "objects", "d"))
+    with open(os.path.join(nginx.root, "objects", "d", "y"), "wb") as f:
+        f.write(b"unfenced")
+    r = gate.admin_post(admin_key_path("/objects/d/y") + "/fence", {"token": 7})
+    assert r.status == 200, r
+    # per_key: the collection's DELETE would delete a path fenced under
+    # another key.
+    assert_json_error(send(gate, "DELETE", "/objects/d/", 2), 409, "nested_keys",
+                      path="/objects/d/y", key="/objects/d/y")
+    assert nginx.file("objects/d/y") == b"unfenced"
 
 
 def test_nesting_off_keeps_the_flat_fence(dav, nginx):
