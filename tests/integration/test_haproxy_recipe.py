@@ -3,7 +3,8 @@ HAProxy in front of two fencegate replicas that share one fence on a real
 etcd member. Every write of one key goes through one replica, and the keys
 spread over both; a stale token is refused through either; when a replica
 is killed, HAProxy's check takes it out, its keys move to the other, and
-the fence holds for them, since the tokens are in etcd."""
+the fence holds for them, since the tokens are in etcd. With etcd gone,
+reads still go through and writes get HAProxy's 503 in fencegate's JSON."""
 
 import json
 import os
@@ -130,3 +131,21 @@ def test_a_killed_replica_s_keys_move_and_the_fence_holds(recipe, backend):
     log = backend.log()
     for key in moved:
         assert tokens_seen(log, path=key) == ["30", "30", "31"], key
+
+
+def test_reads_go_on_without_etcd_and_writes_get_a_json_503(recipe, backend, etcd):
+    front, replicas = recipe
+    front.wait_states({"fencegate1": "UP", "fencegate2": "UP"}, backend="fencegate_reads")
+    for key in KEYS:
+        assert put(front.addr, key, 40).status == 201
+    etcd.kill()  # no replica can decide a write: none is ready
+    front.wait_states({"fencegate1": "DOWN", "fencegate2": "DOWN"})
+    assert front.server_states("fencegate_reads") == {"fencegate1": "UP", "fencegate2": "UP"}
+    for key in KEYS:  # each from the backend, through whichever replica
+        r = request(front.addr, "GET", key)
+        assert r.status == 200 and r.body == b"v40", (key, r)
+    r = put(front.addr, KEYS[0], 41)
+    assert_json_error(r, 503, "no_replica")
+    assert r.header("Retry-After") == "1"
+    assert tokens_seen(backend.log(), path=KEYS[0]) == ["40"]
+

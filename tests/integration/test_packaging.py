@@ -315,11 +315,27 @@ def test_compose_haproxy_has_every_address_the_recipe_reads():
     for path in COMPOSE_FILES:
         with open(path) as f:
             for name, svc in yaml.safe_load(f)["services"].items():
-                if any("deploy/haproxy/fencegate.cfg" in v for v in svc.get("volumes", [])):
+                if any(v.startswith("../deploy/haproxy:") for v in svc.get("volumes", [])):
                     found = True
                     missing = wanted - set(svc.get("environment", {}))
                     assert not missing, f"{rel(path)}: {name} does not set {sorted(missing)}"
     assert found, "no compose file runs deploy/haproxy/fencegate.cfg"
+
+
+def test_the_recipes_error_files_are_beside_it_and_answer_json():
+    recipe_dir = os.path.join(ROOT, "deploy", "haproxy")
+    with open(os.path.join(recipe_dir, "fencegate.cfg")) as f:
+        names = re.findall(r"^\s*errorfile\s+\d+\s+(\S+)", f.read(), re.M)
+    assert names, "the recipe names no errorfile"
+    for name in names:
+        with open(os.path.join(recipe_dir, name), "rb") as f:
+            head, _, body = f.read().partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        assert lines[0].startswith("HTTP/1.1 5"), (name, lines[0])
+        fields = dict(line.split(": ", 1) for line in lines[1:])
+        assert fields["Content-Type"] == "application/json", name
+        assert int(fields["Content-Length"]) == len(body), name
+        assert set(json.loads(body)) == {"error", "message"}, name
 
 
 # --------------------------------------------------------------------------

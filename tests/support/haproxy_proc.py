@@ -68,9 +68,10 @@ class HAProxy:
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
-    def server_states(self):
-        """{server name: status} of the replicas' backend, from `show stat`
-        on the stats socket ("UP", "DOWN", "UP 1/2", ...)."""
+    def server_states(self, backend="fencegate_replicas"):
+        """{server name: status} of one of the recipe's backends (the
+        writes', or fencegate_reads), from `show stat` on the stats socket
+        ("UP", "DOWN", "UP 1/2", ...)."""
         with socket.socket(socket.AF_UNIX) as s:
             s.settimeout(IO_TIMEOUT)
             s.connect(self.socket_path)
@@ -83,16 +84,16 @@ class HAProxy:
         states = {}
         for line in lines[1:]:
             row = dict(zip(header, line.split(",")))
-            if row.get("pxname") == "fencegate_replicas" and row.get("svname") not in (
+            if row.get("pxname") == backend and row.get("svname") not in (
                     "BACKEND", None):
                 states[row["svname"]] = row["status"]
         return states
 
-    def wait_states(self, want, timeout=IO_TIMEOUT):
+    def wait_states(self, want, timeout=IO_TIMEOUT, backend="fencegate_replicas"):
         deadline = time.monotonic() + timeout
         while True:  # a condition (the check's verdict) polled with a deadline
             try:
-                states = self.server_states()
+                states = self.server_states(backend)
             except OSError as e:  # the stats socket may come up after the proxy port
                 states = repr(e)
             if states == want:
