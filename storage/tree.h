@@ -129,9 +129,9 @@ inline constexpr size_t kMaxTreePathBytes = 16384;
 // The record of a node, as every engine stores it (a versioned binary
 // form); false when `in` is not one.
 std::string EncodeTreeNode(const TreeNode& node);
-// The same into `out`, replacing what it held: a buffer kept between
+// The same into `*into`, replacing what it held: a buffer kept between
 // writes is not allocated again.
-void EncodeTreeNodeInto(const TreeNode& node, std::string* out);
+void EncodeTreeNodeInto(const TreeNode& node, std::string* into);
 bool DecodeTreeNode(std::string_view in, TreeNode* node);
 
 // A path a tree write may target: canonical ("/" or "/a/b": no empty
