@@ -201,6 +201,7 @@ bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_t
   options->etcd.tls_server_name = etcd.tls.server_name;
   options->etcd.username = etcd.username;
   options->etcd.max_batch = etcd.max_batch;
+  options->etcd.decision_timeout = etcd.decision_timeout;
   if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
     std::optional<std::string> password =
         config::ReadSecretFile(cfg.source, etcd.password_file, "storage.etcd.password_file", error);

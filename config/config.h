@@ -186,6 +186,10 @@ struct EtcdConfig {
   // held up longer may have lost its keys to another replica meanwhile.
   // Zero ("off"): no limit.
   Duration forward_within{1000};
+  // How long a store call (a fenced write's check-and-advance, an
+  // idempotency record's change) may take from the moment it is queued,
+  // every etcd request and failover included; then 503 store_unavailable.
+  Duration decision_timeout{5000};
   // Keys per transaction of the group commit, 1 to kMaxBatch; 1 = one
   // transaction per write.
   static constexpr unsigned kMaxBatch = 40;  // 3 operations a key; etcd allows 128 in one

@@ -53,6 +53,7 @@ std::vector<std::string> RestartOnlyChanges(const Config& running, const Config&
   c.Compare("storage.etcd.password_file", rs.etcd.password_file.path,
             ns.etcd.password_file.path);
   c.Compare("storage.etcd.forward_within", rs.etcd.forward_within, ns.etcd.forward_within);
+  c.Compare("storage.etcd.decision_timeout", rs.etcd.decision_timeout, ns.etcd.decision_timeout);
   c.Compare("storage.etcd.max_batch", rs.etcd.max_batch, ns.etcd.max_batch);
   // Opened at start (SIGUSR1 reopens the same paths).
   c.Compare("log.file", running.log.file.path, next.log.file.path);

@@ -86,6 +86,7 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
         {"prefix", [&](const Field& p) { return r.String(p, &etcd.prefix); }},
         {"tls", [&](const Field& t) { return ReadClientTls(r, t, &etcd.tls); }},
         {"timeout", DurationInto(r, &etcd.timeout)},
+        {"decision_timeout", DurationInto(r, &etcd.decision_timeout)},
         {"username", [&](const Field& u) {
            username_line = u.line;
            return r.NonEmptyString(u, "an etcd user name", &etcd.username);

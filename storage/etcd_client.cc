@@ -208,8 +208,9 @@ EtcdClient::Judged EtcdClient::Authenticate(Clock::time_point deadline) {
 }
 
 Status EtcdClient::Call(std::string_view path, const json& request, json* response,
-                        bool retry_if_unknown, bool* maybe_applied) {
-  const Clock::time_point deadline = Clock::now() + total_timeout_;
+                        bool retry_if_unknown, bool* maybe_applied,
+                        Clock::time_point call_deadline) {
+  const Clock::time_point deadline = std::min(Clock::now() + total_timeout_, call_deadline);
   const std::string body = request.dump();
   const bool with_credentials = !options_.username.empty();
   bool unknown = false;
@@ -267,7 +268,9 @@ Status EtcdClient::Call(std::string_view path, const json& request, json* respon
   }
   std::string message = "etcd: no endpoint served " + std::string(path) + " (" +
                         std::to_string(endpoints_.size()) + " endpoints, deadline " +
-                        std::to_string(total_timeout_.count()) + " ms); last: " + last;
+                        std::to_string(total_timeout_.count()) + " ms" +
+                        (call_deadline < Clock::time_point::max() ? ", or the decision's" : "") +
+                        "); last: " + last;
   if (unknown) message += " (an earlier attempt's outcome is unknown)";
   return Status::Unavailable(std::move(message));
 }

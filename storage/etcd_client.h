@@ -103,8 +103,12 @@ class EtcdClient {
   // gets it. *maybe_applied (when given) is set to whether an attempt's
   // outcome was unknown: on an error, whether the call may have been
   // applied after all; on Ok, whether it may have been applied twice.
+  // `deadline`, when earlier than the call's own total_timeout, ends it
+  // sooner.
   Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
-              bool retry_if_unknown, bool* maybe_applied = nullptr);
+              bool retry_if_unknown, bool* maybe_applied = nullptr,
+              std::chrono::steady_clock::time_point deadline =
+                  std::chrono::steady_clock::time_point::max());
 
   // The URL of the endpoint the next call goes to first.
   const std::string& current_endpoint() const;

@@ -18,8 +18,8 @@ class ClientTransport : public EtcdTransport {
  public:
   explicit ClientTransport(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
   Status Call(std::string_view path, const json& request, json* response,
-              bool retry_if_unknown) override {
-    return client_->Call(path, request, response, retry_if_unknown);
+              bool retry_if_unknown, Deadline deadline) override {
+    return client_->Call(path, request, response, retry_if_unknown, nullptr, deadline);
   }
 
  private:
@@ -85,7 +85,9 @@ Status WalkRange(EtcdTransport& transport, const std::string& base, size_t page_
     json request = {{"key", EtcdClient::Base64(from)}, {"range_end", end64}, {"limit", limit}};
     if (*revision != 0) request["revision"] = std::to_string(*revision);
     json response;
-    if (Status s = transport.Call("/v3/kv/range", request, &response, /*retry_if_unknown=*/true);
+    // An offline tool: each page has the client's own timers only.
+    if (Status s = transport.Call("/v3/kv/range", request, &response, /*retry_if_unknown=*/true,
+                                  EtcdTransport::Deadline::max());
         !s.ok()) {
       return s;
     }

@@ -81,7 +81,7 @@ int64_t EtcdStore::LeaseFor(int64_t expires_ms, int64_t now_ms, Status* status) 
   // a little.
   const int64_t ttl_s = (minute - now_ms) / 1000 + 60;
   json answer;
-  *status = transport_->Call("/v3/lease/grant", {{"TTL", std::to_string(ttl_s)}}, &answer,
+  *status = CallEtcd("/v3/lease/grant", {{"TTL", std::to_string(ttl_s)}}, &answer,
                              /*retry_if_unknown=*/true);
   if (!status->ok()) return 0;
   int64_t id = 0;
@@ -105,7 +105,7 @@ void EtcdStore::RunRecord(Record& call) {
   std::optional<IdempotencyRecord> found;
   for (int attempt = 0; attempt < kRecordAttempts; ++attempt) {
     json read;
-    status = transport_->Call("/v3/kv/range", {{"key", key64}}, &read, true);
+    status = CallEtcd("/v3/kv/range", {{"key", key64}}, &read, true);
     SetHealth(status);
     if (!status.ok()) break;
     std::optional<std::string> stored;
@@ -154,7 +154,7 @@ void EtcdStore::RunRecord(Record& call) {
                     {"result", "EQUAL"},
                     {"mod_revision", std::to_string(mod)}};
     json written;
-    status = transport_->Call("/v3/kv/txn",
+    status = CallEtcd("/v3/kv/txn",
                               {{"compare", json::array({compare})}, {"success", json::array({op})}},
                               &written, true);
     SetHealth(status);

@@ -93,6 +93,8 @@ std::string EtcdStore::KeyOf(std::string_view key) const {
 }
 
 void EtcdStore::Enqueue(Call call) {
+  const Deadline deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
+  std::visit([deadline](auto& c) { c.deadline = deadline; }, call);
   {
     std::lock_guard lock(mu_);
     if (!stopping_) {
@@ -101,21 +103,56 @@ void EtcdStore::Enqueue(Call call) {
       return;
     }
   }
-  Status closed = Status::Unavailable("token store is closed");
+  Answer(call, Status::Unavailable("token store is closed"));
+}
+
+void EtcdStore::Answer(Call& call, const Status& status) {
   if (auto* s = std::get_if<Single>(&call)) {
-    if (s->kind == Single::Kind::kGet) return s->get(closed, std::nullopt);
-    return s->fence(closed, Fence{});
+    if (s->kind == Single::Kind::kGet) return s->get(status, std::nullopt);
+    return s->fence(status, Fence{});
   }
   if (auto* r = std::get_if<Record>(&call)) {
-    if (r->reserve) return r->reserve(closed, Reservation{});
-    if (r->change) return r->change(closed, false);
-    return r->lookup(closed, std::nullopt);
+    if (r->reserve) return r->reserve(status, Reservation{});
+    if (r->change) return r->change(status, false);
+    return r->lookup(status, std::nullopt);
   }
   if (auto* t = std::get_if<Tree>(&call)) {
-    if (t->node) return t->node(closed, std::nullopt);
-    return t->handler(closed, TreeVerdict{});
+    if (t->node) return t->node(status, std::nullopt);
+    return t->handler(status, TreeVerdict{});
   }
-  std::get<Several>(call).handler(closed, BatchFence{});
+  std::get<Several>(call).handler(status, BatchFence{});
+}
+
+bool EtcdStore::Expired(Call& call) {
+  const Deadline deadline = std::visit([](const auto& c) { return c.deadline; }, call);
+  if (std::chrono::steady_clock::now() < deadline) {
+    call_deadline_ = deadline;
+    return false;
+  }
+  Answer(call, Status::Unavailable(
+                   "no decision from etcd within storage.etcd.decision_timeout (" +
+                   std::to_string(options_.decision_timeout.count()) + " ms)"));
+  return true;
+}
+
+template <typename T>
+void EtcdStore::DropExpired(std::vector<T>& batch) {
+  std::vector<T> live;
+  live.reserve(batch.size());
+  Deadline earliest = Deadline::max();
+  for (T& item : batch) {
+    Call call(std::move(item));
+    if (Expired(call)) continue;
+    earliest = std::min(earliest, call_deadline_);
+    live.push_back(std::get<T>(std::move(call)));
+  }
+  batch = std::move(live);
+  call_deadline_ = earliest;
+}
+
+Status EtcdStore::CallEtcd(std::string_view path, const json& request, json* response,
+                           bool retry_if_unknown) {
+  return transport_->Call(path, request, response, retry_if_unknown, call_deadline_);
 }
 
 void EtcdStore::Advance(std::string key, uint64_t token, FenceHandler handler) {
@@ -179,17 +216,23 @@ void EtcdStore::Lane() {
       }
       continue;
     }
-    if (auto* several = std::get_if<Several>(&queue_.front())) {
-      Several call = std::move(*several);
+    if (std::holds_alternative<Several>(queue_.front()) ||
+        std::holds_alternative<Record>(queue_.front()) ||
+        (std::holds_alternative<Tree>(queue_.front()) && std::get<Tree>(queue_.front()).node)) {
+      // A call that runs alone.
+      Call call = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
-      RunSeveral(call);
-    } else if (auto* tree = std::get_if<Tree>(&queue_.front()); tree != nullptr && tree->node) {
-      Tree call = std::move(*tree);
-      queue_.pop_front();
-      lock.unlock();
-      RunNodeRead(call);
-    } else if (tree != nullptr) {
+      if (!Expired(call)) {
+        if (auto* several = std::get_if<Several>(&call)) {
+          RunSeveral(*several);
+        } else if (auto* record = std::get_if<Record>(&call)) {
+          RunRecord(*record);
+        } else {
+          RunNodeRead(std::get<Tree>(call));
+        }
+      }
+    } else if (std::holds_alternative<Tree>(queue_.front())) {
       // The run of tree writes at the front: at most max_batch of them, and
       // as many as one transaction reads (their keys and their paths' nodes,
       // TreeNodePaths, each read once however many writes share it).
@@ -213,12 +256,8 @@ void EtcdStore::Lane() {
         queue_.pop_front();
       }
       lock.unlock();
-      RunTrees(batch);
-    } else if (auto* record = std::get_if<Record>(&queue_.front())) {
-      Record call = std::move(*record);
-      queue_.pop_front();
-      lock.unlock();
-      RunRecord(call);
+      DropExpired(batch);
+      if (!batch.empty()) RunTrees(batch);
     } else {
       // The longest run of single-key calls at the front whose keys differ.
       std::vector<Single> batch;
@@ -232,7 +271,8 @@ void EtcdStore::Lane() {
         keys.insert(batch.back().key);
       }
       lock.unlock();
-      RunBatch(batch);
+      DropExpired(batch);
+      if (!batch.empty()) RunBatch(batch);
     }
     last_call = std::chrono::steady_clock::now();
     lock.lock();
@@ -271,7 +311,7 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
     }
   }
   json response;
-  Status status = transport_->Call("/v3/kv/txn", {{"success", ops}}, &response,
+  Status status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &response,
                                    /*retry_if_unknown=*/true);
   SetHealth(status);
   const json* responses = nullptr;
@@ -351,7 +391,7 @@ void EtcdStore::RunSeveral(Several& call) {
     json reads = json::array();
     for (const std::string& k : keys64) reads.push_back(Range(k));
     json read;
-    status = transport_->Call("/v3/kv/txn", {{"success", reads}}, &read, true);
+    status = CallEtcd("/v3/kv/txn", {{"success", reads}}, &read, true);
     SetHealth(status);
     if (!status.ok()) break;
     const json& answers = read.value("responses", json::array());
@@ -393,7 +433,7 @@ void EtcdStore::RunSeveral(Several& call) {
     }
     if (result.stale != SIZE_MAX) return call.handler(Status::Ok(), std::move(result));
     json written;
-    status = transport_->Call("/v3/kv/txn", {{"compare", compares}, {"success", puts}},
+    status = CallEtcd("/v3/kv/txn", {{"compare", compares}, {"success", puts}},
                               &written, true);
     SetHealth(status);
     CountWrite(0, status, status.ok() && EtcdClient::Succeeded(written) ? puts.size() : 0);
@@ -412,7 +452,8 @@ void EtcdStore::RunSeveral(Several& call) {
 void EtcdStore::Probe() {
   json response;
   json request = {{"key", EtcdClient::Base64(KeyOf(""))}, {"limit", "1"}, {"keys_only", true}};
-  SetHealth(transport_->Call("/v3/kv/range", request, &response, true));
+  SetHealth(transport_->Call("/v3/kv/range", request, &response, true,
+                             std::chrono::steady_clock::now() + options_.decision_timeout));
 }
 
 }  // namespace fencegate::storage

@@ -39,6 +39,7 @@
 // caller's clock says.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -63,13 +64,15 @@ namespace fencegate::storage {
 // "/v3/kv/txn"), blocking, from the lane thread only. `retry_if_unknown`:
 // the call may be sent again when its outcome is unknown (every call the
 // store makes is safe to repeat: an advance that already happened is
-// accepted again with the same token). Implemented by EtcdClient; tests may
-// wrap it.
+// accepted again with the same token). `deadline`: the call ends by then,
+// answered or not (Unavailable), whatever its own timers would allow.
+// Implemented by EtcdClient; tests may wrap it.
 class EtcdTransport {
  public:
+  using Deadline = std::chrono::steady_clock::time_point;
   virtual ~EtcdTransport() = default;
   virtual Status Call(std::string_view path, const nlohmann::json& request,
-                      nlohmann::json* response, bool retry_if_unknown) = 0;
+                      nlohmann::json* response, bool retry_if_unknown, Deadline deadline) = 0;
 };
 
 struct EtcdStoreOptions {
@@ -78,6 +81,10 @@ struct EtcdStoreOptions {
   // up to three operations, and etcd allows 128 operations in one
   // (--max-txn-ops). 1 = one transaction per call.
   size_t max_batch = 40;
+  // How long a call may wait for its decision, from the moment it is
+  // queued: its turn on the lane and every etcd call it takes. Past it,
+  // the call is answered Unavailable, tried or not.
+  std::chrono::milliseconds decision_timeout{5000};
 };
 
 class EtcdStore : public TokenStore, public IdempotencyStore {
@@ -118,16 +125,19 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   static bool DecodeToken(std::string_view text, uint64_t* token);
 
  private:
+  using Deadline = EtcdTransport::Deadline;
   struct Single {  // Advance, Raise or Get
     enum class Kind { kAdvance, kRaise, kGet } kind;
     std::string key;
     uint64_t token = 0;
     FenceHandler fence;
     GetHandler get;
+    Deadline deadline{};  // set by Enqueue: its decision_timeout
   };
   struct Several {
     std::vector<KeyToken> items;
     BatchFenceHandler handler;
+    Deadline deadline{};
   };
   struct Record {  // an idempotency record's call
     enum class Kind { kReserve, kFinish, kRelease, kLookup } kind = Kind::kLookup;
@@ -138,11 +148,13 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
     ReserveHandler reserve;
     ChangeHandler change;
     LookupHandler lookup;
+    Deadline deadline{};
   };
   struct Tree {  // AdvanceTree, or a GetNode (no targets: write.keys[0] is the path)
     TreeWrite write;
     TreeHandler handler;
     NodeHandler node;
+    Deadline deadline{};
   };
   using Call = std::variant<Single, Several, Record, Tree>;
 
@@ -150,6 +162,18 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   static constexpr size_t kMaxTreeReads = 128;
 
   void Enqueue(Call call);
+  // Answers a call that will not run with `status`.
+  static void Answer(Call& call, const Status& status);
+  // Lane: true (and the call answered Unavailable) when its deadline has
+  // passed; otherwise false, and call_deadline_ is at most its deadline.
+  bool Expired(Call& call);
+  // Removes (answering them) the calls of a batch whose deadline passed,
+  // and sets call_deadline_ to the earliest of the others'.
+  template <typename T>
+  void DropExpired(std::vector<T>& batch);
+  // transport_->Call with call_deadline_: every etcd call of a decision.
+  Status CallEtcd(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
+                  bool retry_if_unknown);
   void Lane();
   void RunBatch(std::vector<Single>& batch);
   void RunSeveral(Several& call);
@@ -177,6 +201,7 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   Status health_;            // guarded by mu_
   std::thread lane_;
   std::map<int64_t, int64_t> leases_;  // lane only: minute of expiry -> lease id
+  Deadline call_deadline_{};           // lane only: the running decision's deadline
   std::mutex close_mu_;
   bool closed_ = false;      // guarded by close_mu_
   // Counters() reads them from any thread; the lane alone writes them.

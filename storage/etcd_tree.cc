@@ -63,7 +63,7 @@ void EtcdStore::GetNode(std::string path, NodeHandler handler) {
 void EtcdStore::RunNodeRead(Tree& call) {
   const std::string& path = call.write.keys.front();
   json response;
-  Status status = transport_->Call(
+  Status status = CallEtcd(
       "/v3/kv/range", {{"key", EtcdClient::Base64(NodeKeyOf(path))}}, &response, true);
   SetHealth(status);
   if (!status.ok()) return call.node(status, std::nullopt);
@@ -103,7 +103,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
     json reads = json::array();
     for (const std::string& k : names64) reads.push_back({{"requestRange", {{"key", k}}}});
     json read;
-    status = transport_->Call("/v3/kv/txn", {{"success", reads}}, &read, true);
+    status = CallEtcd("/v3/kv/txn", {{"success", reads}}, &read, true);
     SetHealth(status);
     if (!status.ok()) break;
     const json& answers = read.value("responses", json::array());
@@ -167,7 +167,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
       break;
     }
     json written;
-    status = transport_->Call("/v3/kv/txn", {{"compare", compares}, {"success", puts}}, &written,
+    status = CallEtcd("/v3/kv/txn", {{"compare", compares}, {"success", puts}}, &written,
                               true);
     SetHealth(status);
     const bool succeeded = status.ok() && EtcdClient::Succeeded(written);

@@ -19,6 +19,7 @@ std::unique_ptr<TokenStore> OpenEtcdStore(const EtcdStoreSettings& settings, Sta
   EtcdStoreOptions store;
   store.prefix = settings.prefix;
   store.max_batch = settings.max_batch;
+  store.decision_timeout = settings.decision_timeout;
   return std::make_unique<EtcdStore>(std::move(transport), store);
 }
 

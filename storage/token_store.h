@@ -206,6 +206,8 @@ struct EtcdStoreSettings {
   boost::asio::ssl::context* tls = nullptr;
   std::string tls_server_name;  // "" = each endpoint's host
   size_t max_batch = 40;        // keys per transaction (EtcdStoreOptions::max_batch)
+  // A call's whole decision, queued to answered (EtcdStoreOptions).
+  std::chrono::milliseconds decision_timeout{5000};
 };
 
 struct StoreOptions {

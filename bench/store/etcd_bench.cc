@@ -45,9 +45,9 @@ class CountingTransport : public EtcdTransport {
  public:
   explicit CountingTransport(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
   Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
-              bool retry_if_unknown) override {
+              bool retry_if_unknown, Deadline deadline) override {
     calls.fetch_add(1, std::memory_order_relaxed);
-    return client_->Call(path, request, response, retry_if_unknown);
+    return client_->Call(path, request, response, retry_if_unknown, nullptr, deadline);
   }
   std::atomic<uint64_t> calls{0};
 

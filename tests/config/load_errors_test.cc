@@ -235,6 +235,15 @@ TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
 }
 
 TEST(LoadErrorsTest, EtcdMaxBatchIsOneToForty) {
+  for (const char* bad : {"0s", "5", "later"}) {
+    EXPECT_TRUE(FailsAt(WithUpstream(std::string("storage:\n  etcd:\n    decision_timeout: ") +
+                                     bad + "\n"),
+                        4, "storage.etcd.decision_timeout", ""))
+        << bad;
+  }
+  EXPECT_EQ(testing::MustLoad(WithUpstream("storage:\n  etcd:\n    decision_timeout: 750ms\n"))
+                .storage.etcd.decision_timeout,
+            Duration(750));
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    max_batch: 0\n"), 4,
                       "storage.etcd.max_batch",
                       "'0' is out of range (expected a whole number from 1 to 40)"));

@@ -48,6 +48,7 @@ TEST(LoadTest, MinimalConfigHasDocumentedDefaults) {
   EXPECT_EQ(c.storage.etcd.endpoints, std::vector<std::string>{"http://127.0.0.1:2379"});
   EXPECT_EQ(c.storage.etcd.prefix, "fencegate/");
   EXPECT_EQ(c.storage.etcd.forward_within, Duration(1000));
+  EXPECT_EQ(c.storage.etcd.decision_timeout, Duration(5000));
   EXPECT_EQ(c.storage.etcd.max_batch, 40u);
   EXPECT_EQ(c.admin.listen, "127.0.0.1:9901");
   EXPECT_EQ(c.admin.endpoint, (Endpoint{"127.0.0.1", 9901}));

@@ -79,10 +79,13 @@ TEST(RestartFieldsTest, EachBoundFieldIsNamed) {
 TEST(RestartFieldsTest, EtcdFieldsAreNamedOneByOne) {
   std::string before = std::string(kUpstream) +
                        "storage:\n  engine: etcd\n  etcd: {prefix: a/, max_batch: 40}\n";
-  std::string after = std::string(kUpstream) +
-                      "storage:\n  engine: etcd\n  etcd: {prefix: b/, max_batch: 1}\n";
-  std::vector<std::string> expected = {"storage.etcd.prefix changes only with a restart",
-                                       "storage.etcd.max_batch changes only with a restart"};
+  std::string after =
+      std::string(kUpstream) +
+      "storage:\n  engine: etcd\n  etcd: {prefix: b/, max_batch: 1, decision_timeout: 2s}\n";
+  std::vector<std::string> expected = {
+      "storage.etcd.prefix changes only with a restart",
+      "storage.etcd.decision_timeout changes only with a restart",
+      "storage.etcd.max_batch changes only with a restart"};
   EXPECT_EQ(Changes(before, after), expected);
   std::string rocks = std::string(kUpstream);
   std::string etcd = std::string(kUpstream) + "storage: {engine: etcd}\n";

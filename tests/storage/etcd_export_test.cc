@@ -35,12 +35,12 @@ class RecordingTransport : public EtcdTransport {
  public:
   explicit RecordingTransport(std::unique_ptr<EtcdTransport> inner) : inner_(std::move(inner)) {}
   Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
-              bool retry_if_unknown) override {
+              bool retry_if_unknown, Deadline deadline) override {
     {
       std::lock_guard lock(mu_);
       requests_.emplace_back(std::string(path), request);
     }
-    return inner_->Call(path, request, response, retry_if_unknown);
+    return inner_->Call(path, request, response, retry_if_unknown, deadline);
   }
   std::vector<std::pair<std::string, nlohmann::json>> requests() {
     std::lock_guard lock(mu_);

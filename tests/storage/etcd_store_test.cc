@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -60,9 +61,9 @@ class CountingTransport : public EtcdTransport {
  public:
   explicit CountingTransport(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
   Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
-              bool retry_if_unknown) override {
+              bool retry_if_unknown, Deadline deadline) override {
     calls.fetch_add(1);
-    return client_->Call(path, request, response, retry_if_unknown);
+    return client_->Call(path, request, response, retry_if_unknown, nullptr, deadline);
   }
   std::atomic<int> calls{0};
 
@@ -546,8 +547,8 @@ TEST(EtcdStoreDown, FailsClosedWhenEtcdIsGone) {
   struct Plain : EtcdTransport {
     explicit Plain(std::unique_ptr<EtcdClient> c) : client(std::move(c)) {}
     Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
-                bool retry) override {
-      return client->Call(path, request, response, retry);
+                bool retry, Deadline deadline) override {
+      return client->Call(path, request, response, retry, nullptr, deadline);
     }
     std::unique_ptr<EtcdClient> client;
   };
@@ -558,6 +559,97 @@ TEST(EtcdStoreDown, FailsClosedWhenEtcdIsGone) {
   EXPECT_EQ(store.Health().code(), Status::Code::kUnavailable);
   EXPECT_TRUE(store.Close().ok());
   EXPECT_EQ(AdvanceSync(store, "/objects/a", 1).status.code(), Status::Code::kUnavailable);
+}
+
+// etcd that never answers, as a cluster without a quorum: each call ends
+// at the deadline the store gives it (plus `late`, as a member whose
+// answer comes just after it), and fails. It keeps the deadlines.
+class SilentTransport : public EtcdTransport {
+ public:
+  explicit SilentTransport(std::chrono::milliseconds late) : late_(late) {}
+  Status Call(std::string_view, const nlohmann::json&, nlohmann::json*, bool,
+              Deadline deadline) override {
+    {
+      std::lock_guard lock(mu_);
+      deadlines_.push_back(deadline);
+    }
+    // The network call the test stands for: blocked until its deadline.
+    std::this_thread::sleep_until(deadline + late_);
+    return Status::Unavailable("no quorum");
+  }
+  std::vector<Deadline> deadlines() {
+    std::lock_guard lock(mu_);
+    return deadlines_;
+  }
+
+ private:
+  const std::chrono::milliseconds late_;
+  std::mutex mu_;
+  std::vector<Deadline> deadlines_;
+};
+
+// Two writes of different keys, one transaction each: the second waits on
+// the lane while the first's call runs to its deadline.
+std::vector<Answer> TwoWritesQueued(EtcdStore& store, std::chrono::steady_clock::time_point* before,
+                                    std::chrono::steady_clock::time_point* after) {
+  std::promise<Answer> first;
+  std::promise<Answer> second;
+  *before = std::chrono::steady_clock::now();
+  store.Advance("/objects/a", 1, [&](const Status& s, Fence f) { first.set_value({s, f}); });
+  store.Advance("/objects/b", 1, [&](const Status& s, Fence f) { second.set_value({s, f}); });
+  *after = std::chrono::steady_clock::now();
+  return {first.get_future().get(), second.get_future().get()};
+}
+
+// One transaction per write, 200 ms for each decision, on SilentTransport.
+class EtcdStoreDecisionTimeout : public ::testing::Test {
+ protected:
+  static constexpr std::chrono::milliseconds kTimeout{200};
+  void Open(std::chrono::milliseconds late) {
+    EtcdStoreOptions options;
+    options.max_batch = 1;
+    options.decision_timeout = kTimeout;
+    auto transport = std::make_unique<SilentTransport>(late);
+    silent_ = transport.get();
+    store_ = std::make_unique<EtcdStore>(std::move(transport), options);
+  }
+  void TearDown() override {
+    if (store_ != nullptr) EXPECT_TRUE(store_->Close().ok());
+  }
+  SilentTransport* silent_ = nullptr;
+  std::unique_ptr<EtcdStore> store_;
+};
+
+TEST_F(EtcdStoreDecisionTimeout, EveryCallOfAWriteEndsWithinItsDecisionTimeout) {
+  Open(std::chrono::milliseconds(0));
+  std::chrono::steady_clock::time_point before;
+  std::chrono::steady_clock::time_point after;
+  for (const Answer& a : TwoWritesQueued(*store_, &before, &after)) {
+    EXPECT_EQ(a.status.code(), Status::Code::kUnavailable) << a.status.ToString();
+  }
+  // Each call was given the deadline of its write, counted from when the
+  // write was queued: the second's does not start when the first's ends.
+  const std::vector<SilentTransport::Deadline> deadlines = silent_->deadlines();
+  ASSERT_FALSE(deadlines.empty());
+  for (SilentTransport::Deadline d : deadlines) {
+    EXPECT_GE(d, before + kTimeout);
+    EXPECT_LE(d, after + kTimeout);
+  }
+}
+
+TEST_F(EtcdStoreDecisionTimeout, AWritePastItsDecisionTimeoutIsNotTried) {
+  Open(std::chrono::milliseconds(100));
+  std::chrono::steady_clock::time_point before;
+  std::chrono::steady_clock::time_point after;
+  std::vector<Answer> answers = TwoWritesQueued(*store_, &before, &after);
+  EXPECT_EQ(answers[0].status.code(), Status::Code::kUnavailable);
+  // The first call ended after both deadlines: the second write is
+  // answered at its turn, and etcd never sees it.
+  EXPECT_EQ(answers[1].status.code(), Status::Code::kUnavailable);
+  EXPECT_NE(answers[1].status.ToString().find("storage.etcd.decision_timeout (200 ms)"),
+            std::string::npos)
+      << answers[1].status.ToString();
+  EXPECT_EQ(silent_->deadlines().size(), 1u);
 }
 
 }  // namespace
