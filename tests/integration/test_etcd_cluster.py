@@ -154,3 +154,32 @@ def test_two_members_restored_service_resumes(make_gate, backend, cluster):
                                                                    "token": 21}
     assert gate.put("/objects/b", token=22).status == 200
     assert tokens_seen(backend.log(), path="/objects/b") == ["20", "21", "22"]
+
+
+def test_without_quorum_queued_writes_share_one_decision_deadline(make_gate, backend, cluster):
+    # Two writes that the store decides one after the other (a path of the
+    # tree, and one of a flat route), while no member can answer: the second
+    # does not wait for the first's etcd requests and then run its own; both
+    # end at storage.etcd.decision_timeout, which the answers name.
+    gate = make_gate(name="gate", routes=[
+        {"name": "objects", "path_prefix": "/objects/"},
+        {"name": "flat", "path_prefix": "/flat/", "nesting": "off"}],
+        storage={"engine": "etcd",
+                 "etcd": {"endpoints": cluster.endpoints(), "prefix": "fencegate-cluster/",
+                          "timeout": ETCD_TIMEOUT, "decision_timeout": "1s"}})
+    cluster.kill(0)
+    cluster.kill(1)
+    answers = {}
+
+    def write(path):
+        answers[path] = gate.put(path, token=5, body=b"x")
+
+    writers = [threading.Thread(target=write, args=(p,)) for p in ("/objects/a", "/flat/b")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    for path, r in answers.items():
+        doc = assert_json_error(r, 503, "store_unavailable")
+        assert "decision" in doc["message"], (path, doc)
+    assert backend.log() == []
