@@ -144,6 +144,10 @@ def test_reads_go_on_without_etcd_and_writes_get_a_json_503(recipe, backend, etc
     for key in KEYS:  # each from the backend, through whichever replica
         r = request(front.addr, "GET", key)
         assert r.status == 200 and r.body == b"v40", (key, r)
+    # A GET that a method-override header makes a write goes with the writes.
+    assert_json_error(request(front.addr, "GET", KEYS[0], [("Fencing-Token", "41"),
+                                                          ("X-HTTP-Method-Override", "PUT")]),
+                      503, "no_replica")
     r = put(front.addr, KEYS[0], 41)
     assert_json_error(r, 503, "no_replica")
     assert r.header("Retry-After") == "1"
