@@ -70,6 +70,10 @@ Server::Server(std::shared_ptr<const config::Config> config, storage::TokenStore
       drain_timer_(*iocs_[0]) {
   ctx_.listener_tls = tls_.listener;
   ctx_.fence = &fence_;
+  // Replicas that own keys give up a key once no write of it is left here.
+  if (store_.OwnsKeys()) {
+    queue_.SetIdleHook([&store = store_](std::string_view key) { store.Disown(key); });
+  }
   ctx_.clients = std::make_unique<ClientLimiter>(config_->limits.max_connections_per_client);
   admin_ctx_.config = [this] { return ctx_.live.Get()->config; };
   admin_ctx_.store = &store_;

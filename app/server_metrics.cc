@@ -39,6 +39,24 @@ void AddStoreFamilies(const storage::StoreCounters& c, metrics::Families* out) {
                         "Times the store recovered from a failed write.",
                         static_cast<double>(*c.recoveries));
   }
+  if (c.ownership) {
+    const storage::OwnershipCounters& o = *c.ownership;
+    metrics::AddGauge(out, "fencegate_keys_owned",
+                      "Keys (and collections) this replica owns now (storage.etcd.ownership).",
+                      static_cast<double>(o.keys_owned));
+    metrics::AddCounter(out, "fencegate_key_takes_total",
+                        "Keys this replica took, owned by no replica before.",
+                        static_cast<double>(o.takes));
+    metrics::AddCounter(out, "fencegate_key_releases_total",
+                        "Keys this replica gave up once no write of theirs was left here.",
+                        static_cast<double>(o.releases));
+    metrics::AddCounter(out, "fencegate_keys_lost_total",
+                        "Keys this replica lost with a lease that etcd ended.",
+                        static_cast<double>(o.lost));
+    metrics::AddCounter(out, "fencegate_key_waits_total",
+                        "Writes that waited for another replica to give their key up.",
+                        static_cast<double>(o.waits));
+  }
 }
 
 void AddIdempotencyFamilies(const IdempotencyCounters& c, metrics::Families* out) {

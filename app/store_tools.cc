@@ -202,6 +202,12 @@ bool StoreOptionsOf(const config::Config& cfg, boost::asio::ssl::context* etcd_t
   options->etcd.username = etcd.username;
   options->etcd.max_batch = etcd.max_batch;
   options->etcd.decision_timeout = etcd.decision_timeout;
+  options->etcd.ownership = {.enabled = etcd.ownership.enabled,
+                             .lease_ttl = etcd.ownership.lease_ttl,
+                             .margin = etcd.ownership.margin,
+                             .release_after = etcd.ownership.release_after,
+                             .wait = etcd.ownership.wait,
+                             .name = etcd.ownership.name};
   if (cfg.storage.engine == "etcd" && !etcd.password_file.empty()) {
     std::optional<std::string> password =
         config::ReadSecretFile(cfg.source, etcd.password_file, "storage.etcd.password_file", error);

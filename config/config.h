@@ -167,6 +167,23 @@ struct RouteConfig {
 enum class Durability { kSync, kAsync };
 std::string_view ToString(Durability durability);  // "sync" | "async"
 
+// storage.etcd.ownership (docs/contract.md, "Replicas"): at most one
+// replica forwards a key's writes at a time.
+struct OwnershipConfig {
+  bool enabled = true;
+  Duration lease_ttl{5000};      // whole seconds, at least 2
+  Duration margin{1000};         // above 0, below half of lease_ttl
+  Duration release_after{500};   // 0 or more
+  // Above 0, at most decision_timeout; when not set, 3 s or decision_timeout
+  // if that is shorter.
+  Duration wait{3000};
+  bool wait_set = false;
+  std::string name;              // "" = host name and process id
+  int line = 0;
+
+  bool operator==(const OwnershipConfig&) const = default;
+};
+
 struct EtcdConfig {
   // http:// or https:// URLs, all with the same scheme. Read only with
   // storage.engine: etcd.
@@ -194,6 +211,7 @@ struct EtcdConfig {
   // transaction per write.
   static constexpr unsigned kMaxBatch = 40;  // 3 operations a key; etcd allows 128 in one
   unsigned max_batch = kMaxBatch;
+  OwnershipConfig ownership;
 
   bool operator==(const EtcdConfig&) const = default;
 };

@@ -50,6 +50,8 @@ bool ReadListenerTls(YamlReader& r, const Field& f, ListenerTlsConfig* tls);
 // upstream or etcd tls section without https, no upstream.url).
 bool ReadUpstream(YamlReader& r, const Field& f, UpstreamConfig* up);
 bool ReadFencing(YamlReader& r, const Field& f, FencingConfig* fencing);
+// storage.etcd.ownership (sections.cc).
+bool ReadOwnership(YamlReader& r, const Field& f, OwnershipConfig* o);
 bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage);
 bool ReadLimits(YamlReader& r, const Field& f, LimitsConfig* limits);
 bool ReadLog(YamlReader& r, const Field& f, LogConfig* log);

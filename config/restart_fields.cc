@@ -54,6 +54,16 @@ std::vector<std::string> RestartOnlyChanges(const Config& running, const Config&
             ns.etcd.password_file.path);
   c.Compare("storage.etcd.forward_within", rs.etcd.forward_within, ns.etcd.forward_within);
   c.Compare("storage.etcd.decision_timeout", rs.etcd.decision_timeout, ns.etcd.decision_timeout);
+  {
+    const config::OwnershipConfig& ro = rs.etcd.ownership;
+    const config::OwnershipConfig& no = ns.etcd.ownership;
+    c.Compare("storage.etcd.ownership.enabled", ro.enabled, no.enabled);
+    c.Compare("storage.etcd.ownership.lease_ttl", ro.lease_ttl, no.lease_ttl);
+    c.Compare("storage.etcd.ownership.margin", ro.margin, no.margin);
+    c.Compare("storage.etcd.ownership.release_after", ro.release_after, no.release_after);
+    c.Compare("storage.etcd.ownership.wait", ro.wait, no.wait);
+    c.Compare("storage.etcd.ownership.name", ro.name, no.name);
+  }
   c.Compare("storage.etcd.max_batch", rs.etcd.max_batch, ns.etcd.max_batch);
   // Opened at start (SIGUSR1 reopens the same paths).
   c.Compare("log.file", running.log.file.path, next.log.file.path);

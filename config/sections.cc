@@ -77,6 +77,44 @@ bool ReadFencing(YamlReader& r, const Field& f, FencingConfig* fencing) {
   });
 }
 
+bool ReadOwnership(YamlReader& r, const Field& f, OwnershipConfig* o) {
+  o->line = f.line;
+  Field ttl_field = f;
+  Field margin_field = f;
+  Field wait_field = f;
+  bool ok = r.Map(f, Keys{
+      {"enabled", [&](const Field& e) { return r.Bool(e, &o->enabled); }},
+      {"lease_ttl", [&](const Field& t) {
+         ttl_field = t;
+         return DurationInto(r, &o->lease_ttl)(t);
+       }},
+      {"margin", [&](const Field& m) {
+         margin_field = m;
+         return DurationInto(r, &o->margin)(m);
+       }},
+      {"release_after", DurationInto(r, &o->release_after)},
+      {"wait", [&](const Field& w) {
+         wait_field = w;
+         o->wait_set = true;
+         return DurationInto(r, &o->wait)(w);
+       }},
+      {"name", [&](const Field& n) { return r.NonEmptyString(n, "a replica's name", &o->name); }},
+  });
+  if (!ok) return false;
+  if (o->lease_ttl.count() % 1000 != 0 || o->lease_ttl < Duration(2000)) {
+    return r.Fail(ttl_field, "is not a whole number of seconds of at least 2 (etcd's leases "
+                             "count in seconds)", "a duration such as 5s");
+  }
+  if (o->margin.count() <= 0 || o->margin * 2 >= o->lease_ttl) {
+    return r.Fail(margin_field, "is not above 0 and below half of lease_ttl",
+                  "a duration such as 1s with lease_ttl: 5s");
+  }
+  if (o->wait.count() <= 0) {
+    return r.Fail(wait_field, "is not above 0", "a duration such as 3s");
+  }
+  return true;
+}
+
 bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
   auto read_etcd = [&](const Field& v) {
     EtcdConfig& etcd = storage->etcd;
@@ -111,7 +149,16 @@ bool ReadStorage(YamlReader& r, const Field& f, StorageConfig* storage) {
            etcd.max_batch = static_cast<unsigned>(n);
            return true;
          }},
+        {"ownership", [&](const Field& o) { return ReadOwnership(r, o, &etcd.ownership); }},
     });
+    if (ok && !etcd.ownership.wait_set) {
+      etcd.ownership.wait = std::min(etcd.ownership.wait, etcd.decision_timeout);
+    }
+    if (ok && etcd.ownership.wait > etcd.decision_timeout) {
+      return r.Fail(v.Child(v.node, "ownership", etcd.ownership.line),
+                    "has a wait longer than storage.etcd.decision_timeout, which would cut it",
+                    "storage.etcd.ownership.wait at most storage.etcd.decision_timeout");
+    }
     if (ok && etcd.username.empty() != etcd.password_file.empty()) {
       const bool user = !etcd.username.empty();
       return r.Fail(v.Child(v.node, user ? "username" : "password_file",

@@ -99,7 +99,8 @@ struct PendingFence {
     size_t fenced = 0;  // 1 + the index of a key whose floor is above the token
     if (status.ok() && fence.accepted && v.lease.held()) fenced = FencedKey(v.lease);
     if (!status.ok()) {
-      v.outcome = "store_unavailable";
+      v.outcome = status.code() == storage::Status::Code::kMoving ? "key_moving"
+                                                                  : "store_unavailable";
       v.reply = MakeStoreError(status);
     } else if (!fence.accepted && tree) {
       TreeRefusal(v);
@@ -119,11 +120,15 @@ struct PendingFence {
     } else if (const auto overdue = Overdue(); overdue != FenceFilter::Clock::duration::zero()) {
       v.outcome = "expired";
       v.reply = MakeExpired(overdue);
+    } else if (!filter.Forwardable(fence.owner)) {
+      v.outcome = "expired";
+      v.reply = MakeOwnershipLapsed(key);
     } else {
       v.outcome = "forwarded";
       v.forward = true;
     }
     v.handed = std::move(handed);  // only ever set for a write that is forwarded
+    v.owner = fence.owner;
     if (shadow && !v.forward) {
       v.shadow_violation = v.outcome;
       filter.CountShadowViolation();
@@ -284,6 +289,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
       }
       // Deliver refuses it at its turn.
       if (raw->Overdue() != FenceFilter::Clock::duration::zero()) return;
+      if (!raw->filter.Forwardable(raw->fence.owner)) return;
       raw->handed = courier.Send(raw->whole_request);
     };
   }
@@ -330,6 +336,7 @@ void FenceFilter::CheckSeveral(const WriteIntent& intent, boost::asio::any_io_ex
         several.stale = batch.accepted ? 0 : batch.stale;
         p->fence.accepted = batch.accepted;
         p->fence.current = several.stale < batch.current.size() ? batch.current[several.stale] : 0;
+        p->fence.owner = batch.owner;
         several.currents = std::move(batch.current);
       }
       p->answered = true;
@@ -416,6 +423,7 @@ void FenceFilter::CheckTree(const WriteIntent& intent, boost::asio::any_io_execu
                            : verdict.current.empty()          ? 0
                                                               : verdict.current.front();
         several.currents = verdict.current;
+        p->fence.owner = verdict.owner;
         p->tree->verdict = std::move(verdict);
       }
       p->answered = true;
@@ -434,11 +442,7 @@ void FenceFilter::CheckTree(const WriteIntent& intent, boost::asio::any_io_execu
                     std::move(on_turn), /*bounded=*/!intent.shadow, [&advance] { advance(); });
 }
 
-std::string TreeQueueName(std::string_view path) {
-  std::string name("\0p", 2);
-  name.append(path);
-  return name;
-}
+std::string TreeQueueName(std::string_view path) { return storage::TreeKeyOf(path); }
 
 size_t FenceFilter::max_waiting_per_key() const { return queue_.max_waiting_per_key(); }
 

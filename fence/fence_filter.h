@@ -28,7 +28,7 @@ namespace fencegate::proxy {
 struct FenceVerdict {
   bool forward = false;          // true: go on to the upstream while holding `lease`
   std::optional<Reply> reply;    // when !forward: 409 or 503
-  // "forwarded" | "stale" | "store_unavailable" | "overloaded" | "expired"
+  // "forwarded" | "stale" | "store_unavailable" | "key_moving" | "overloaded" | "expired"
   std::string outcome;
   uint64_t current = 0;          // stored maximum reported by the store
   std::string shadow_violation;  // shadow mode: what would have been refused
@@ -39,10 +39,14 @@ struct FenceVerdict {
   // sent by the thread that handed the key on (Check's whole_request,
   // handoff.h). The session adopts it and reads the response.
   std::optional<HandedConnection> handed;
+  // When forwarding: the key's ownership it was decided under
+  // (storage::Fence::owner), to check again before it goes upstream.
+  int64_t owner = 0;
 };
 
-// The name under which a path's node of the tree waits in the KeyQueue: no
-// key can be spelt so (a key begins with no NUL byte, token_store.h).
+// The name under which a path's node of the tree waits in the KeyQueue: the
+// node's own store key (storage::TreeKeyOf), which no token key can be
+// spelt as (token_store.h), and which TokenStore::Disown knows.
 std::string TreeQueueName(std::string_view path);
 
 class FenceFilter {
@@ -104,6 +108,10 @@ class FenceFilter {
   size_t max_waiting_per_key() const;
 
   Clock::duration forward_within() const { return forward_within_; }
+
+  // Whether a write the store decided under `owner` (storage::Fence::owner)
+  // may still be forwarded (storage::TokenStore::Forwardable).
+  bool Forwardable(int64_t owner) const { return store_.Forwardable(owner); }
 
   uint64_t shadow_violations() const { return shadow_violations_.load(); }
   void CountShadowViolation() { shadow_violations_.fetch_add(1, std::memory_order_relaxed); }

@@ -149,7 +149,10 @@ void KeyQueue::Release(const std::string& key, size_t hash, Hold hold, bool disp
       waiters.pop_front();
     }
     if (next.empty()) {
-      if (!entry.Held()) Erase(shard, it);
+      if (!entry.Held()) {
+        if (on_idle_) on_idle_(it->first);
+        Erase(shard, it);
+      }
       return;
     }
     waiting_.fetch_sub(counted, std::memory_order_relaxed);

@@ -216,6 +216,13 @@ class KeyQueue {
 
   size_t max_waiting_per_key() const { return max_waiting_per_key_; }
 
+  // Called with a key's name when its last write lets it go and none waits
+  // (storage::TokenStore::Disown), under the lock of its shard: it must be
+  // short and must not call back into this queue. Set before the queue is
+  // used.
+  using IdleHook = std::function<void(std::string_view)>;
+  void SetIdleHook(IdleHook hook) { on_idle_ = std::move(hook); }
+
   // Number of writes waiting behind another write on one of their keys (a
   // write of several keys counts once).
   size_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
@@ -274,6 +281,7 @@ class KeyQueue {
   };
 
   static constexpr size_t kSpareEntries = 2;  // per shard: see Shard::spare
+  IdleHook on_idle_;
 
   // Its own cache line each, so that two threads locking neighbouring shards
   // do not share one.

@@ -18,6 +18,7 @@ constexpr std::array<std::string_view, kOutcomes> kNames = {
     "idempotency_response_not_kept",
     "client_error",
     "nested_keys",
+    "key_moving",
 };
 }  // namespace
 

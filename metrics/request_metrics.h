@@ -38,8 +38,9 @@ enum class Outcome : uint8_t {
   kIdempotencyResponseNotKept,  // 409
   kClientError,       // the client went away mid-request
   kNestedKeys,        // 409 nested_keys: a subtree write no token of its orders
+  kKeyMoving,         // 503 key_moving: another replica owns the key (storage.etcd.ownership)
 };
-inline constexpr size_t kOutcomes = 14;
+inline constexpr size_t kOutcomes = 15;
 
 // The label value ("forwarded", ...).
 std::string_view OutcomeName(Outcome outcome);

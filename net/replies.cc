@@ -67,7 +67,27 @@ Reply MakeNestedKeys(const std::string& target, const std::string& path, const s
                    {{"path", path}, {"key", key}});
 }
 
+Reply MakeOwnershipLapsed(const std::string& key) {
+  Reply r = MakeError(
+      http::status::service_unavailable, "fence_expired",
+      "this replica's ownership of the key (storage.etcd.ownership) had less than its margin "
+      "left, or had lapsed, when the write was to go upstream, so it was not forwarded: "
+      "meanwhile the key may move to another replica. A retry with the same token is judged "
+      "anew",
+      {{"key", key}});
+  r.set(http::field::retry_after, "1");
+  return r;
+}
+
 Reply MakeStoreError(const storage::Status& status) {
+  if (status.code() == storage::Status::Code::kMoving) {
+    Reply r = MakeError(http::status::service_unavailable, "key_moving",
+                        "the key is moving between fencegate replicas, so the write was not "
+                        "forwarded: " + status.message() +
+                            ". Nothing was decided; a retry with the same token is judged anew");
+    r.set(http::field::retry_after, "1");
+    return r;
+  }
   return MakeError(http::status::service_unavailable, "store_unavailable",
                    "the token store cannot be used, so the write was not forwarded: " +
                        status.ToString());

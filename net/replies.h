@@ -64,4 +64,9 @@ Reply MakeNestedKeys(const std::string& target, const std::string& path, const s
 // The one mapping of a store failure to an HTTP reply: 503 store_unavailable.
 Reply MakeStoreError(const storage::Status& status);
 
+// 503 fence_expired for a write decided while this replica owned its key
+// (storage.etcd.ownership) whose ownership then lapsed, or came within its
+// margin, before the write went upstream.
+Reply MakeOwnershipLapsed(const std::string& key);
+
 }  // namespace fencegate::proxy

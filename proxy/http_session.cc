@@ -279,7 +279,7 @@ void HttpSession::OnVerdict(FenceVerdict verdict) {
     return SendReply(std::move(*verdict.reply), verdict.outcome);
   }
   affinity_.NoteTurn(verdict.lease, intent_.key);
-  exchange_.Hold(std::move(verdict.lease));
+  exchange_.Hold(std::move(verdict.lease), verdict.owner);
   if (verdict.handed) return exchange_.ContinueHanded(std::move(*verdict.handed));
   exchange_.StartForward();
 }

@@ -117,6 +117,14 @@ void UpstreamExchange::StartForward() {
 
 void UpstreamExchange::OnUpstream(ec_t ec, UpstreamPool::Connection connection, bool reused) {
   if (ec) return FailUpstream(ec, "connect");
+  if (owner_ != 0 && !session_.ctx_.fence->Forwardable(owner_)) {
+    // The key's ownership lapsed while a connection was found: the write
+    // does not go (the connection, unused, goes back to the pool).
+    worker_.pool.Release(std::move(connection));
+    lease_.Release();
+    session_.idem_.Release();
+    return session_.SendReply(MakeOwnershipLapsed(session_.intent_.key), "expired");
+  }
   upstream_ = std::move(connection);
   upstream_reused_ = reused;
   up_buffer_.clear();

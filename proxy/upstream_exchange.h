@@ -93,7 +93,12 @@ class UpstreamExchange {
 
   // The key lease of a fenced write, held until the exchange ends
   // (EndUpstream).
-  void Hold(KeyLease&& lease) { lease_ = std::move(lease); }
+  // `owner`: the ownership the store decided it under (FenceVerdict), checked
+  // again just before the request's first byte goes upstream.
+  void Hold(KeyLease&& lease, int64_t owner = 0) {
+    lease_ = std::move(lease);
+    owner_ = owner;
+  }
   // Forwards the request: a pooled or new connection, then request and
   // response.
   void StartForward();
@@ -164,6 +169,7 @@ class UpstreamExchange {
   const config::Config* config_;
   BodyBuffer body_;
   KeyLease lease_;
+  int64_t owner_ = 0;
   UpstreamPool::Connection upstream_;
   boost::beast::flat_buffer up_buffer_;
   http::request<http::buffer_body> up_req_;  // only for a request with a body or 100-continue

@@ -203,17 +203,32 @@ Status EtcdStore::Close() {
 
 void EtcdStore::Lane() {
   std::unique_lock lock(mu_);
-  auto last_call = std::chrono::steady_clock::now();
+  auto last_call = Clock::now();
   for (;;) {
+    const Clock::time_point now = Clock::now();
+    RetryParked(now);
     if (queue_.empty()) {
-      if (stopping_) return;
-      if (cv_.wait_for(lock, kProbeInterval) == std::cv_status::timeout && queue_.empty() &&
-          !stopping_ && std::chrono::steady_clock::now() - last_call >= kProbeInterval) {
-        lock.unlock();
-        Probe();
-        lock.lock();
-        last_call = std::chrono::steady_clock::now();
+      if (stopping_ && parked_.empty()) break;
+      const Clock::time_point wake = std::min(NextWake(now), last_call + kProbeInterval);
+      if (wake > now && !stopping_) {
+        cv_.wait_until(lock, wake);
+        continue;
       }
+      lock.unlock();
+      Maintain();
+      if (Clock::now() - last_call >= kProbeInterval) Probe();
+      last_call = Clock::now();
+      lock.lock();
+      continue;
+    }
+    // A call that must wait behind a call of its keys that waits for
+    // another replica to give a key up (ownership) waits with it.
+    if (MustWait(queue_.front())) {
+      Call call = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      Park(std::move(call), "one that a write before this one waits for");
+      lock.lock();
       continue;
     }
     if (std::holds_alternative<Several>(queue_.front()) ||
@@ -240,13 +255,20 @@ void EtcdStore::Lane() {
       std::unordered_set<std::string> read;
       while (!queue_.empty() && batch.size() < options_.max_batch) {
         auto* next = std::get_if<Tree>(&queue_.front());
-        if (next == nullptr || next->node) break;
+        if (next == nullptr || next->node || MustWait(queue_.front())) break;
         std::vector<std::string> more;
         for (const std::string& k : next->write.keys) {
           if (!read.contains(KeyOf(k))) more.push_back(KeyOf(k));
         }
         for (const std::string& p : TreeNodePaths(next->write)) {
           if (!read.contains(NodeKeyOf(p))) more.push_back(NodeKeyOf(p));
+        }
+        if (options_.ownership.enabled) {
+          std::vector<std::string> owners;
+          TreeOwners(next->write, &owners, &owners);
+          for (std::string& o : owners) {
+            if (!read.contains(o)) more.push_back(std::move(o));
+          }
         }
         std::sort(more.begin(), more.end());
         more.erase(std::unique(more.begin(), more.end()), more.end());
@@ -265,7 +287,7 @@ void EtcdStore::Lane() {
       std::unordered_set<std::string_view> keys;
       while (!queue_.empty() && batch.size() < options_.max_batch) {
         auto* single = std::get_if<Single>(&queue_.front());
-        if (single == nullptr || keys.contains(single->key)) break;
+        if (single == nullptr || keys.contains(single->key) || MustWait(queue_.front())) break;
         batch.push_back(std::move(*single));
         queue_.pop_front();
         keys.insert(batch.back().key);
@@ -274,9 +296,12 @@ void EtcdStore::Lane() {
       DropExpired(batch);
       if (!batch.empty()) RunBatch(batch);
     }
-    last_call = std::chrono::steady_clock::now();
+    Maintain();
+    last_call = Clock::now();
     lock.lock();
   }
+  lock.unlock();
+  RevokeLease();
 }
 
 void EtcdStore::CountWrite(size_t requests, const Status& status, size_t written) {
@@ -292,28 +317,97 @@ std::optional<StoreCounters> EtcdStore::Counters() const {
                        .writes = counts_.writes.load(std::memory_order_relaxed),
                        .write_errors = counts_.write_errors.load(std::memory_order_relaxed),
                        .syncs = std::nullopt,        // etcd makes its own writes durable
-                       .recoveries = std::nullopt};  // and recovers by itself
+                       .recoveries = std::nullopt,   // and recovers by itself
+                       .ownership = options_.ownership.enabled
+                                        ? std::optional<OwnershipCounters>(OwnershipCounters{
+                                              .keys_owned = counts_.keys_owned.load(),
+                                              .takes = counts_.takes.load(),
+                                              .releases = counts_.releases.load(),
+                                              .lost = counts_.lost.load(),
+                                              .waits = counts_.waits.load()})
+                                        : std::nullopt};
 }
+
+namespace {
+
+// Owning the key: one nested transaction around AdvanceTxn. If this
+// replica's lease owns it, advance; else if nobody does, take it and
+// advance; else read who does.
+json OwnedAdvanceTxn(const std::string& owner64, const std::string& name64,
+                     const std::string& lease, json advance) {
+  json take = {
+      {"compare", json::array({{{"key", owner64},
+                                {"target", "LEASE"},
+                                {"result", "EQUAL"},
+                                {"lease", "0"}}})},
+      {"success",
+       json::array({{{"requestPut", {{"key", owner64}, {"value", name64}, {"lease", lease}}}},
+                    advance})},
+      {"failure", json::array({Range(owner64)})}};
+  return {{"requestTxn",
+           {{"compare", json::array({{{"key", owner64},
+                                      {"target", "LEASE"},
+                                      {"result", "EQUAL"},
+                                      {"lease", lease}}})},
+            {"success", json::array({std::move(advance)})},
+            {"failure", json::array({{{"requestTxn", std::move(take)}}})}}}};
+}
+
+// The i-th answer of a txn answer's responses, as `field` ("response_txn"),
+// or an empty object.
+json Nth(const json& txn, size_t i, const char* field) {
+  const json& r = txn.value("responses", json::array());
+  return r.size() > i ? r[i].value(field, json::object()) : json::object();
+}
+
+// The owner's name in a range answer of an owner key.
+std::string OwnerName(const json& range) {
+  auto kvs = range.find("kvs");
+  std::string name;
+  if (kvs == range.end() || kvs->empty() ||
+      !EtcdClient::FromBase64((*kvs)[0].value("value", std::string()), &name)) {
+    return "unknown";
+  }
+  return name;
+}
+
+}  // namespace
 
 void EtcdStore::RunBatch(std::vector<Single>& batch) {
   size_t requests = 0;  // Advance and Raise: the batch's writes
   size_t written = 0;   // of them, those that stored their token
+  const bool owning = options_.ownership.enabled &&
+                      std::any_of(batch.begin(), batch.end(), [](const Single& c) {
+                        return c.kind == Single::Kind::kAdvance;
+                      });
+  Status status;
+  int64_t lease = 0;
+  if (owning) lease = EnsureLease(&status);
+  const std::string lease_text = std::to_string(lease);
   json ops = json::array();
-  std::vector<std::string> keys64;
-  keys64.reserve(batch.size());
-  for (const Single& call : batch) {
-    keys64.push_back(EtcdClient::Base64(KeyOf(call.key)));
+  std::vector<std::string> owners(batch.size());
+  for (size_t i = 0; i < batch.size() && status.ok(); ++i) {
+    const Single& call = batch[i];
+    const std::string key64 = EtcdClient::Base64(KeyOf(call.key));
     if (call.kind == Single::Kind::kGet) {
-      ops.push_back(Range(keys64.back()));
-    } else {
-      ops.push_back(AdvanceTxn(keys64.back(), EtcdClient::Base64(EncodeToken(call.token))));
-      ++requests;
+      ops.push_back(Range(key64));
+      continue;
     }
+    ++requests;
+    json advance = AdvanceTxn(key64, EtcdClient::Base64(EncodeToken(call.token)));
+    if (owning && call.kind == Single::Kind::kAdvance) {
+      owners[i] = OwnerKeyOf(call.key);
+      advance = OwnedAdvanceTxn(EtcdClient::Base64(owners[i]), owner_name64_, lease_text,
+                                std::move(advance));
+    }
+    ops.push_back(std::move(advance));
   }
   json response;
-  Status status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &response,
-                                   /*retry_if_unknown=*/true);
-  SetHealth(status);
+  if (status.ok()) {
+    status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &response,
+                      /*retry_if_unknown=*/true);
+    SetHealth(status);
+  }
   const json* responses = nullptr;
   if (status.ok()) {
     auto it = response.find("responses");
@@ -326,6 +420,7 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
   // The writes are answered after they are counted, so that whoever sees
   // an answer (GET /metrics right after a response) sees its write counted.
   std::vector<std::pair<Status, Fence>> decided(batch.size());
+  std::vector<std::string> moving(batch.size());  // another replica owns it: its name
   for (size_t i = 0; i < batch.size(); ++i) {
     Single& call = batch[i];
     if (!status.ok()) {
@@ -346,18 +441,35 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
       }
       continue;
     }
+    json created = answer.value("response_txn", json::object());
+    if (!owners[i].empty()) {
+      // Owned already, taken now, or another replica's.
+      const json owned = created;
+      if (EtcdClient::Succeeded(owned)) {
+        created = Nth(owned, 0, "response_txn");
+        Owned(owners[i], false);
+      } else {
+        const json take = Nth(owned, 0, "response_txn");
+        if (!EtcdClient::Succeeded(take)) {
+          moving[i] = OwnerName(Nth(take, 0, "response_range"));
+          continue;
+        }
+        created = Nth(take, 1, "response_txn");
+        Owned(owners[i], true);
+      }
+    }
     // Created, or raised from a lower value: the token is stored.
-    const json& created = answer.value("response_txn", json::object());
     Fence fence;
+    fence.owner = owners[i].empty() ? 0 : lease;
     if (EtcdClient::Succeeded(created)) {
-      fence = {true, call.token};
+      fence.accepted = true;
+      fence.current = call.token;
       ++written;
     } else {
-      const json& inner = created.value("responses", json::array());
-      const json raised = inner.empty() ? json::object()
-                                        : inner[0].value("response_txn", json::object());
+      const json raised = Nth(created, 0, "response_txn");
       if (EtcdClient::Succeeded(raised)) {
-        fence = {true, call.token};
+        fence.accepted = true;
+        fence.current = call.token;
         ++written;
       } else {
         const json& read = raised.value("responses", json::array());
@@ -375,7 +487,12 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
   }
   if (requests > 0) CountWrite(requests, status, written);
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].kind != Single::Kind::kGet) batch[i].fence(decided[i].first, decided[i].second);
+    if (batch[i].kind == Single::Kind::kGet) continue;
+    if (!moving[i].empty()) {
+      Park(std::move(batch[i]), moving[i]);
+      continue;
+    }
+    batch[i].fence(decided[i].first, decided[i].second);
   }
 }
 
@@ -384,26 +501,62 @@ void EtcdStore::RunSeveral(Several& call) {
   const size_t n = call.items.size();
   std::vector<std::string> keys64(n);
   for (size_t i = 0; i < n; ++i) keys64[i] = EtcdClient::Base64(KeyOf(call.items[i].key));
+  // Ownership: each key's owner key, read with the keys and compared with
+  // them; the free ones are taken in the same transaction.
+  std::vector<std::string> owners;
   Status status;
+  int64_t lease = 0;
+  if (options_.ownership.enabled) {
+    lease = EnsureLease(&status);
+    if (!status.ok()) return call.handler(status, BatchFence{});
+    for (const KeyToken& item : call.items) owners.push_back(OwnerKeyOf(item.key));
+  }
   for (int attempt = 0; attempt < kSeveralAttempts; ++attempt) {
     // Read every key (one transaction: one revision), decide, then write
     // only if none changed since.
     json reads = json::array();
     for (const std::string& k : keys64) reads.push_back(Range(k));
+    for (const std::string& o : owners) reads.push_back(Range(EtcdClient::Base64(o)));
     json read;
     status = CallEtcd("/v3/kv/txn", {{"success", reads}}, &read, true);
     SetHealth(status);
     if (!status.ok()) break;
     const json& answers = read.value("responses", json::array());
-    if (answers.size() != n) {
+    if (answers.size() != n + owners.size()) {
       status = Malformed("one answer per key");
       break;
     }
     BatchFence result;
     result.current.resize(n);
+    result.owner = lease;
     json compares = json::array();
     json puts = json::array();
     bool bad = false;
+    std::vector<bool> taken(owners.size(), false);
+    for (size_t i = 0; i < owners.size() && !bad; ++i) {
+      const json& range = answers[n + i].value("response_range", json::object());
+      const std::string owner64 = EtcdClient::Base64(owners[i]);
+      int64_t mod = 0;
+      int64_t holder = 0;
+      if (auto kvs = range.find("kvs"); kvs != range.end() && !kvs->empty()) {
+        if (!EtcdClient::Int64Field((*kvs)[0], "mod_revision", &mod) ||
+            !EtcdClient::Int64Field((*kvs)[0], "lease", &holder)) {
+          bad = true;
+          break;
+        }
+        if (holder != lease) return Park(std::move(call), OwnerName(range));
+      } else {
+        taken[i] = true;
+        puts.push_back({{"requestPut",
+                         {{"key", owner64},
+                          {"value", owner_name64_},
+                          {"lease", std::to_string(lease)}}}});
+      }
+      compares.push_back({{"key", owner64},
+                          {"target", "MOD"},
+                          {"result", "EQUAL"},
+                          {"mod_revision", std::to_string(mod)}});
+    }
     for (size_t i = 0; i < n && !bad; ++i) {
       const json& range = answers[i].value("response_range", json::object());
       std::optional<uint64_t> stored;
@@ -428,7 +581,7 @@ void EtcdStore::RunSeveral(Several& call) {
       }
     }
     if (bad) {
-      status = Malformed("a token");
+      status = Malformed("a token or an owner");
       break;
     }
     if (result.stale != SIZE_MAX) return call.handler(Status::Ok(), std::move(result));
@@ -439,6 +592,7 @@ void EtcdStore::RunSeveral(Several& call) {
     CountWrite(0, status, status.ok() && EtcdClient::Succeeded(written) ? puts.size() : 0);
     if (!status.ok()) break;
     if (!EtcdClient::Succeeded(written)) continue;  // another replica wrote one of them: again
+    for (size_t i = 0; i < owners.size(); ++i) Owned(owners[i], taken[i]);
     result.accepted = true;
     for (size_t i = 0; i < n; ++i) {
       result.current[i] = std::max(result.current[i], call.items[i].token);

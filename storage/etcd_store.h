@@ -37,6 +37,26 @@
 // minute of expiry, shared by its records), so etcd drops expired
 // records by itself; until it has, they are treated as absent, as the
 // caller's clock says.
+//
+// Ownership (storage.etcd.ownership; docs/contract.md, "Replicas"): at most
+// one replica forwards a key's writes at a time. Each replica holds one
+// etcd lease, kept alive by the lane. Owning key k is the etcd key
+// `<prefix>o/k/<k>` put with that lease, taken in the same transaction
+// that checks and advances k's token, which succeeds only when k has no
+// owner or this one. A write decided so carries the lease
+// (Fence::owner), and the proxy forwards it only while the lease has more
+// than the margin left by this host's clock (Forwardable): etcd ends a
+// lease no sooner than its TTL after the keep-alive that was sent last, so
+// by then this replica has stopped. When no write of k is left here
+// (Disown) for release_after, the lane deletes the owner key (one
+// transaction for many keys). A write whose key another replica owns waits
+// in the lane, tried again every few milliseconds, in order behind it
+// every later call of its keys, until the owner gives it up or its lease
+// ends, and then at most `wait`: answered Moving. The tree's writes own
+// their keys and the first segment of each target (`<prefix>o/p/<seg>`,
+// "/" for the root's own node); a subtree write of the root owns
+// `<prefix>o/s` and needs every first segment free or its own. Closing
+// revokes the lease: the keys pass at once.
 
 #include <atomic>
 #include <chrono>
@@ -85,6 +105,7 @@ struct EtcdStoreOptions {
   // queued: its turn on the lane and every etcd call it takes. Past it,
   // the call is answered Unavailable, tried or not.
   std::chrono::milliseconds decision_timeout{5000};
+  EtcdOwnership ownership;  // enabled: false = every replica forwards what it accepted
 };
 
 class EtcdStore : public TokenStore, public IdempotencyStore {
@@ -116,8 +137,12 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   // Write requests decided, transactions that wrote them (a batch of
   // single-key calls is one), keys written and failed write transactions.
   std::optional<StoreCounters> Counters() const override;
-  // Decides what is queued, then stops the lane. Idempotent.
+  // Decides what is queued, then stops the lane (revoking the ownership
+  // lease). Idempotent.
   Status Close() override;
+  bool Forwardable(int64_t owner) const override;
+  void Disown(std::string_view key) override;
+  bool OwnsKeys() const override { return options_.ownership.enabled; }
 
   // The token as etcd stores it (20 digits), and back (false unless
   // exactly 20 digits).
@@ -133,11 +158,13 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
     FenceHandler fence;
     GetHandler get;
     Deadline deadline{};  // set by Enqueue: its decision_timeout
+    Deadline moving_until{};  // set when it first waits for another replica's key
   };
   struct Several {
     std::vector<KeyToken> items;
     BatchFenceHandler handler;
     Deadline deadline{};
+    Deadline moving_until{};
   };
   struct Record {  // an idempotency record's call
     enum class Kind { kReserve, kFinish, kRelease, kLookup } kind = Kind::kLookup;
@@ -149,12 +176,14 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
     ChangeHandler change;
     LookupHandler lookup;
     Deadline deadline{};
+    Deadline moving_until{};  // unused: records are never another replica's
   };
   struct Tree {  // AdvanceTree, or a GetNode (no targets: write.keys[0] is the path)
     TreeWrite write;
     TreeHandler handler;
     NodeHandler node;
     Deadline deadline{};
+    Deadline moving_until{};
   };
   using Call = std::variant<Single, Several, Record, Tree>;
 
@@ -189,6 +218,38 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   int64_t LeaseFor(int64_t expires_ms, int64_t now_ms, Status* status);
   void Probe();
   void SetHealth(const Status& status);
+
+  // Ownership (etcd_ownership.cc). Lane only, unless said.
+  using Clock = std::chrono::steady_clock;
+  std::string OwnerKeyOf(std::string_view key) const;
+  // The owner keys a tree write needs (`owned`) and must find free or its
+  // own (`checked`, subtree writes of the root: the range of first
+  // segments, as its first key and range end).
+  void TreeOwners(const TreeWrite& write, std::vector<std::string>* owned,
+                  std::vector<std::string>* checked) const;
+  // The lease, granted if there is none: its id, or 0 with *status.
+  int64_t EnsureLease(Status* status);
+  // Keep-alive when due, and releases of keys idle long enough.
+  void Maintain();
+  void KeepAlive();
+  void ReleaseIdle(Clock::time_point now);
+  // A call that found its key another replica's: waits (parked_), or
+  // answered Moving once its wait is over. `owner`: the other replica's
+  // name, for the message.
+  void Park(Call call, const std::string& owner);
+  // Under mu_: whether a call from the queue must wait behind a parked one
+  // of its keys (then it is parked).
+  bool MustWait(const Call& call) const;
+  // The owner keys a call needs (none for a record's or a node read).
+  void OwnerNamesOf(const Call& call, std::vector<std::string>* owned,
+                    std::vector<std::string>* checked) const;
+  // Under mu_: parked calls go back to the front of the queue, in order.
+  void RetryParked(Clock::time_point now);
+  // Under mu_: when the lane must wake for its own work, at the latest.
+  Clock::time_point NextWake(Clock::time_point now) const;
+  // The lane decided a call that owns `name` (`taken`: it took it).
+  void Owned(const std::string& name, bool taken);
+  void RevokeLease();
   std::string KeyOf(std::string_view key) const;
 
   std::unique_ptr<EtcdTransport> transport_;
@@ -201,6 +262,22 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   Status health_;            // guarded by mu_
   std::thread lane_;
   std::map<int64_t, int64_t> leases_;  // lane only: minute of expiry -> lease id
+  // Ownership. The lane's lease and when it was last kept alive (sent).
+  int64_t lease_ = 0;                     // lane only; 0 = none
+  Clock::time_point lease_sent_{};        // lane only
+  Clock::duration lease_ttl_{};           // lane only: as etcd granted it
+  Clock::time_point next_keepalive_{};    // lane only
+  std::atomic<int64_t> live_lease_{0};    // any thread: the lease, while live
+  std::atomic<int64_t> live_until_ns_{0}; // any thread: steady ns it lasts to, at least
+  std::string owner_name64_;              // this replica's name, Base64
+  std::map<std::string, Clock::time_point> owned_;  // lane only: owner key -> last use
+  // Calls waiting for another replica's key, in call order, and the owner
+  // keys they need (OwnerNamesOf's `owned`), each with its count.
+  std::deque<Call> parked_;                        // guarded by mu_
+  std::map<std::string, size_t, std::less<>> parked_keys_;  // guarded by mu_
+  Clock::time_point next_retry_{};                 // guarded by mu_
+  // Keys with no write left here (Disown), and when, in time order.
+  std::deque<std::pair<Clock::time_point, std::string>> idle_;  // guarded by mu_
   Deadline call_deadline_{};           // lane only: the running decision's deadline
   std::mutex close_mu_;
   bool closed_ = false;      // guarded by close_mu_
@@ -210,6 +287,11 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
     std::atomic<uint64_t> batches{0};
     std::atomic<uint64_t> writes{0};
     std::atomic<uint64_t> write_errors{0};
+    std::atomic<uint64_t> keys_owned{0};
+    std::atomic<uint64_t> takes{0};
+    std::atomic<uint64_t> releases{0};
+    std::atomic<uint64_t> lost{0};
+    std::atomic<uint64_t> waits{0};
   } counts_;
   // A write transaction of `requests` calls: its outcome, and how many
   // keys it wrote.

@@ -24,6 +24,7 @@ constexpr int kTreeAttempts = 16;
 struct Read {
   std::optional<std::string> value;
   int64_t mod = 0;
+  int64_t lease = 0;  // an owner key's
   std::optional<std::string> decided;
   const std::optional<std::string>& Now() const { return decided ? decided : value; }
 };
@@ -35,7 +36,10 @@ bool ReadOf(const json& answer, Read* out) {
   if (kvs == range.end() || kvs->empty()) return true;
   std::string bytes;
   if (!EtcdClient::FromBase64((*kvs)[0].value("value", std::string()), &bytes)) return false;
-  if (!EtcdClient::Int64Field((*kvs)[0], "mod_revision", &out->mod)) return false;
+  if (!EtcdClient::Int64Field((*kvs)[0], "mod_revision", &out->mod) ||
+      !EtcdClient::Int64Field((*kvs)[0], "lease", &out->lease)) {
+    return false;
+  }
   out->value = std::move(bytes);
   return true;
 }
@@ -89,25 +93,63 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
   auto need = [&](std::string name) {
     if (index.emplace(name, names.size()).second) names.push_back(std::move(name));
   };
+  // Ownership: the owner keys each write owns and checks, read with the
+  // rest; a subtree write of the root also reads the range of first
+  // segments' owners (`segments`).
+  const bool owning = options_.ownership.enabled;
+  std::vector<std::vector<std::string>> owned(batch.size());
+  std::vector<std::vector<std::string>> checked(batch.size());
+  const std::string segments = options_.prefix + "o/p";
+  const std::string segments_end = options_.prefix + "o/q";
+  bool read_segments = false;
+  Status status;
+  int64_t lease = 0;
+  if (owning) {
+    lease = EnsureLease(&status);
+    if (!status.ok()) {
+      for (Tree& call : batch) call.handler(status, TreeVerdict{});
+      return;
+    }
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     for (const std::string& k : batch[i].write.keys) need(KeyOf(k));
     node_paths[i] = TreeNodePaths(batch[i].write);
     for (const std::string& p : node_paths[i]) need(NodeKeyOf(p));
+    if (!owning) continue;
+    TreeOwners(batch[i].write, &owned[i], &checked[i]);
+    for (const std::string& o : owned[i]) need(o);
+    for (const std::string& c : checked[i]) {
+      if (c == segments) {
+        read_segments = true;
+      } else {
+        need(c);
+      }
+    }
   }
   std::vector<std::string> names64(names.size());
   for (size_t j = 0; j < names.size(); ++j) names64[j] = EtcdClient::Base64(names[j]);
 
   std::vector<std::pair<Status, TreeVerdict>> decided(batch.size());
-  Status status;
+  // The first write that waits for another replica's key (and every write
+  // after it waits too), and that replica's name.
+  size_t parked_from = batch.size();
+  std::string other;
+  size_t taken = 0;  // owner keys the write transaction takes
+  const std::string segments64 = EtcdClient::Base64(segments);
+  const std::string segments_end64 = EtcdClient::Base64(segments_end);
   for (int attempt = 0; attempt < kTreeAttempts; ++attempt) {
     json reads = json::array();
     for (const std::string& k : names64) reads.push_back({{"requestRange", {{"key", k}}}});
+    if (read_segments) {
+      reads.push_back({{"requestRange",
+                        {{"key", segments64}, {"range_end", segments_end64}, {"keys_only", true}}}});
+    }
     json read;
     status = CallEtcd("/v3/kv/txn", {{"success", reads}}, &read, true);
     SetHealth(status);
     if (!status.ok()) break;
     const json& answers = read.value("responses", json::array());
-    if (answers.size() != names.size()) {
+    if (answers.size() != names.size() + (read_segments ? 1 : 0)) {
       status = EtcdStore::Malformed("one answer per key");
       break;
     }
@@ -116,10 +158,49 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
       if (!ReadOf(answers[j], &state[j])) status = EtcdStore::Malformed("a token or a tree node");
     }
     if (!status.ok()) break;
+    // Whether every first segment is owned by nobody or this replica, as
+    // read; the revision the read saw, for the write's compare.
+    bool segments_free = true;
+    int64_t read_revision = 0;
+    if (read_segments) {
+      const json& range = answers[names.size()].value("response_range", json::object());
+      for (const json& kv : range.value("kvs", json::array())) {
+        int64_t holder = 0;
+        if (!EtcdClient::Int64Field(kv, "lease", &holder) || holder != lease) segments_free = false;
+      }
+      if (!EtcdClient::Int64Field(read.value("header", json::object()), "revision",
+                                  &read_revision)) {
+        status = EtcdStore::Malformed("a revision");
+        break;
+      }
+    }
+    parked_from = batch.size();
 
     // Each write in order, against what the ones before it decided.
     for (size_t i = 0; i < batch.size(); ++i) {
       const TreeWrite& w = batch[i].write;
+      if (owning) {
+        auto theirs = [&](const std::string& name) {
+          if (name == segments) return !segments_free;
+          const Read& r = state[index.at(name)];
+          return r.Now() && r.lease != lease && !r.decided;
+        };
+        const std::string* first = nullptr;
+        for (const auto* names_of : {&owned[i], &checked[i]}) {
+          for (const std::string& name : *names_of) {
+            if (first == nullptr && theirs(name)) first = &name;
+          }
+        }
+        if (parked_from < i || first != nullptr) {
+          // This write waits, and every one after it.
+          if (parked_from > i) {
+            parked_from = i;
+            other = *first == segments ? "one owning a collection below the root"
+                                       : state[index.at(*first)].value.value_or("unknown");
+          }
+          continue;
+        }
+      }
       TreeReads in;
       std::vector<std::optional<TreeNode>> nodes(node_paths[i].size());
       Status s;
@@ -148,19 +229,40 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
       for (const auto& [path, node] : changes.nodes) {
         state[index.at(NodeKeyOf(path))].decided = EncodeTreeNode(node);
       }
+      // Its owner keys that nobody held are taken.
+      for (const std::string& o : owned[i]) {
+        Read& r = state[index.at(o)];
+        if (!r.value && !r.decided) r.decided = "";
+      }
     }
 
     json compares = json::array();
     json puts = json::array();
+    taken = 0;
     for (size_t j = 0; j < names.size(); ++j) {
       compares.push_back({{"key", names64[j]},
                           {"target", "MOD"},
                           {"result", "EQUAL"},
                           {"mod_revision", std::to_string(state[j].mod)}});
-      if (state[j].decided && state[j].decided != state[j].value) {
+      if (state[j].decided && state[j].decided->empty() && !state[j].value) {
+        // An owner key taken.
+        ++taken;
+        puts.push_back({{"requestPut",
+                         {{"key", names64[j]},
+                          {"value", owner_name64_},
+                          {"lease", std::to_string(lease)}}}});
+      } else if (state[j].decided && state[j].decided != state[j].value) {
         puts.push_back({{"requestPut",
                          {{"key", names64[j]}, {"value", EtcdClient::Base64(*state[j].decided)}}}});
       }
+    }
+    if (read_segments) {
+      // No first segment taken (nor its owner changed) since the read.
+      compares.push_back({{"key", segments64},
+                          {"range_end", segments_end64},
+                          {"target", "MOD"},
+                          {"result", "LESS"},
+                          {"mod_revision", std::to_string(read_revision + 1)}});
     }
     if (puts.empty()) {  // nothing accepted changes anything: answered as read
       CountWrite(0, status, 0);
@@ -176,7 +278,19 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
     // Another replica wrote one of them: read and decide again.
     status = Status::Busy("the tree kept changing under a run of tree writes");
   }
+  if (status.ok() && owning) {
+    counts_.takes.fetch_add(taken, std::memory_order_relaxed);
+    for (size_t i = 0; i < parked_from; ++i) {
+      if (!decided[i].first.ok()) continue;
+      for (const std::string& o : owned[i]) Owned(o, false);
+      decided[i].second.owner = lease;
+    }
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
+    if (status.ok() && i >= parked_from) {
+      Park(std::move(batch[i]), other);
+      continue;
+    }
     if (!status.ok()) {
       batch[i].handler(status, TreeVerdict{});
     } else if (!decided[i].first.ok()) {

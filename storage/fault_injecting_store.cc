@@ -234,6 +234,14 @@ std::optional<StoreCounters> FaultInjectingStore::Counters() const {
   return impl_->base->Counters();
 }
 
+bool FaultInjectingStore::Forwardable(int64_t owner) const {
+  return impl_->base->Forwardable(owner);
+}
+
+void FaultInjectingStore::Disown(std::string_view key) { impl_->base->Disown(key); }
+
+bool FaultInjectingStore::OwnsKeys() const { return impl_->base->OwnsKeys(); }
+
 Status FaultInjectingStore::Close() {
   if (std::this_thread::get_id() == impl_->timer_id) {
     return Status::InvalidArgument(

@@ -64,6 +64,9 @@ class FaultInjectingStore : public TokenStore, public IdempotencyStore {
   Status Health() const override;
   // The base's.
   std::optional<StoreCounters> Counters() const override;
+  bool Forwardable(int64_t owner) const override;
+  void Disown(std::string_view key) override;
+  bool OwnsKeys() const override;
   // Stops accepting operations (they answer Unavailable at once), closes the
   // base (which answers its queue), then runs every pending delayed
   // completion at once without waiting out its delay, and stops the timer

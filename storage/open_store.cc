@@ -20,6 +20,7 @@ std::unique_ptr<TokenStore> OpenEtcdStore(const EtcdStoreSettings& settings, Sta
   store.prefix = settings.prefix;
   store.max_batch = settings.max_batch;
   store.decision_timeout = settings.decision_timeout;
+  store.ownership = settings.ownership;
   return std::make_unique<EtcdStore>(std::move(transport), store);
 }
 

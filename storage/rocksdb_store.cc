@@ -106,7 +106,8 @@ std::optional<StoreCounters> RocksDbStore::Counters() const {
                        .writes = s.writes,
                        .write_errors = s.write_errors,
                        .syncs = s.syncs,
-                       .recoveries = s.reopens};
+                       .recoveries = s.reopens,
+                       .ownership = std::nullopt};
 }
 
 Status RocksDbStore::Health() const {

@@ -27,6 +27,9 @@ std::string Status::ToString() const {
     case Code::kBusy:
       kind = "Busy";
       break;
+    case Code::kMoving:
+      kind = "Key moving";
+      break;
   }
   std::string out(kind);
   if (!message_.empty()) {

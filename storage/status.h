@@ -10,7 +10,7 @@ namespace fencegate::storage {
 
 class Status {
  public:
-  enum class Code { kOk, kNotFound, kInvalidArgument, kIoError, kCorruption, kUnavailable, kBusy };
+  enum class Code { kOk, kNotFound, kInvalidArgument, kIoError, kCorruption, kUnavailable, kBusy, kMoving };
 
   Status() = default;
   static Status Ok() { return {}; }
@@ -20,6 +20,9 @@ class Status {
   static Status Corruption(std::string m) { return {Code::kCorruption, std::move(m)}; }
   static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
   static Status Busy(std::string m) { return {Code::kBusy, std::move(m)}; }
+  // The key is another replica's to forward (etcd_store.h, "Ownership"),
+  // and it did not give it up in time: nothing was decided.
+  static Status Moving(std::string m) { return {Code::kMoving, std::move(m)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

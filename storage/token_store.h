@@ -46,6 +46,9 @@ namespace fencegate::storage {
 struct Fence {
   bool accepted = false;  // Advance: token >= stored. Raise: always true.
   uint64_t current = 0;   // the stored maximum after the operation
+  // An engine whose replicas own keys (TokenStore::Forwardable): the
+  // ownership this replica held the key under when it decided; 0 = none.
+  int64_t owner = 0;
 };
 
 // One item of AdvanceAll: a key and the token it is fenced with.
@@ -59,6 +62,7 @@ struct BatchFence {
   bool accepted = false;          // every item's token >= its stored value
   std::vector<uint64_t> current;  // per item: stored maximum after the op (or at refusal)
   size_t stale = SIZE_MAX;        // when refused: index of the first item whose token < stored
+  int64_t owner = 0;              // as Fence::owner, for every key
 };
 
 // Most items one AdvanceAll takes: a write names a handful of keys (COPY and
@@ -112,6 +116,15 @@ class IdempotencyStore;
 // What an engine counted since it opened, for the metrics endpoint; each
 // count only grows. The optional ones are counted only by an engine that
 // has such an event (the RocksDB engine's fsync and reopen).
+// What an engine whose replicas own keys (TokenStore::Forwardable) counted.
+struct OwnershipCounters {
+  uint64_t keys_owned = 0;  // now: keys (and collections) this replica owns
+  uint64_t takes = 0;       // keys taken: owned by no replica, then by this one
+  uint64_t releases = 0;    // keys given up once no write of theirs was left here
+  uint64_t lost = 0;        // keys lost with an ownership that lapsed
+  uint64_t waits = 0;       // writes that waited for another replica to give up a key
+};
+
 struct StoreCounters {
   uint64_t requests = 0;     // write requests decided (Advance, AdvanceAll, Raise, records)
   uint64_t batches = 0;      // group commits: the decisions written together, one write each
@@ -119,6 +132,7 @@ struct StoreCounters {
   uint64_t write_errors = 0; // writes that failed (each refused its batch: 503)
   std::optional<uint64_t> syncs;       // durable writes (fsync) that succeeded
   std::optional<uint64_t> recoveries;  // the engine recovered from a failed write
+  std::optional<OwnershipCounters> ownership;  // an engine whose replicas own keys
 };
 
 class TokenStore {
@@ -183,6 +197,22 @@ class TokenStore {
   // none. Thread-safe, never blocks on I/O.
   virtual std::optional<StoreCounters> Counters() const { return std::nullopt; }
 
+  // Replicas that share one fence and own its keys (the etcd engine with
+  // storage.etcd.ownership, etcd_store.h): whether a write decided under
+  // `owner` (Fence::owner) may be forwarded now, that is whether that
+  // ownership is still this replica's, by its own clock, with a margin.
+  // Always true for owner 0. Thread-safe; never blocks.
+  virtual bool Forwardable(int64_t owner) const {
+    (void)owner;
+    return true;
+  }
+  // No write of `key` (a key, or a TreeQueueName) is left on this replica:
+  // an engine whose replicas own keys may give it up. Thread-safe; never
+  // blocks; called under the key queue's lock.
+  virtual void Disown(std::string_view key) { (void)key; }
+  // Whether Disown does anything (the key queue calls it only then).
+  virtual bool OwnsKeys() const { return false; }
+
   // Cheap readiness probe: ok while the store can serve reads and writes.
   // Does not block on I/O (reports the last known state).
   virtual Status Health() const = 0;
@@ -194,6 +224,20 @@ class TokenStore {
 };
 
 enum class Durability { kSync, kAsync };
+
+// Key ownership between replicas (storage.etcd.ownership, etcd_store.h).
+struct EtcdOwnership {
+  bool enabled = true;
+  std::chrono::milliseconds lease_ttl{5000};  // the replica's etcd lease
+  // A write is forwarded only while the lease has at least this left, by
+  // the replica's own clock.
+  std::chrono::milliseconds margin{1000};
+  // A key is given up once no write of it has been left here for this long.
+  std::chrono::milliseconds release_after{500};
+  // How long a write waits for another replica to give its key up.
+  std::chrono::milliseconds wait{3000};
+  std::string name;  // the replica's name in etcd; "" = host name and process id
+};
 
 // The etcd engine's settings (storage.etcd, etcd_store.h).
 struct EtcdStoreSettings {
@@ -208,6 +252,7 @@ struct EtcdStoreSettings {
   size_t max_batch = 40;        // keys per transaction (EtcdStoreOptions::max_batch)
   // A call's whole decision, queued to answered (EtcdStoreOptions).
   std::chrono::milliseconds decision_timeout{5000};
+  EtcdOwnership ownership;
 };
 
 struct StoreOptions {

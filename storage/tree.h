@@ -180,6 +180,7 @@ struct TreeVerdict {
   std::string key;      // kNestedKeys: that path's key ("" when the path's own key is unknown)
   uint64_t tree_token = 0;  // kStaleTree: the token that refused it
   std::string target;   // kStaleTree, kNestedKeys: the target refused
+  int64_t owner = 0;    // as Fence::owner (token_store.h)
 };
 
 // What an accepted write changes: the keys' new tokens (only those that

@@ -81,10 +81,15 @@ TEST(RestartFieldsTest, EtcdFieldsAreNamedOneByOne) {
                        "storage:\n  engine: etcd\n  etcd: {prefix: a/, max_batch: 40}\n";
   std::string after =
       std::string(kUpstream) +
-      "storage:\n  engine: etcd\n  etcd: {prefix: b/, max_batch: 1, decision_timeout: 2s}\n";
+      "storage:\n  engine: etcd\n  etcd: {prefix: b/, max_batch: 1, decision_timeout: 2s,\n"
+      "    ownership: {lease_ttl: 4s, name: r2}}\n";
+  // The wait follows decision_timeout when it is not set.
   std::vector<std::string> expected = {
       "storage.etcd.prefix changes only with a restart",
       "storage.etcd.decision_timeout changes only with a restart",
+      "storage.etcd.ownership.lease_ttl changes only with a restart",
+      "storage.etcd.ownership.wait changes only with a restart",
+      "storage.etcd.ownership.name changes only with a restart",
       "storage.etcd.max_batch changes only with a restart"};
   EXPECT_EQ(Changes(before, after), expected);
   std::string rocks = std::string(kUpstream);

@@ -8,6 +8,8 @@ not forward: by then its key may have moved to the other replica."""
 
 import base64
 import json
+import re
+import signal
 import socket
 import subprocess
 import threading
@@ -17,10 +19,27 @@ import urllib.request
 from fg_helpers import ETCD_TIMERS, IO_TIMEOUT, assert_json_error, request, tokens_seen
 
 
-def replica(make_gate, etcd, name):
-    storage = {"engine": "etcd",
-               "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", **ETCD_TIMERS}}
-    return make_gate(name=name, storage=storage)
+def replica(make_gate, etcd, name, ownership=None, endpoint=None, **gate):
+    etcd_section = {"endpoints": [endpoint or etcd.url], "prefix": "fencegate-test/",
+                    **ETCD_TIMERS}
+    if ownership is not None:
+        etcd_section["ownership"] = ownership
+    return make_gate(name=name, storage={"engine": "etcd", "etcd": etcd_section}, **gate)
+
+
+# A route of the flat model: its check-and-advance is one transaction, whose
+# answer HeldAnswers holds (a write over the tree of paths reads first).
+FLAT = [{"name": "objects", "path_prefix": "/objects/", "nesting": "off"}]
+
+
+def owner_of(etcd, key):
+    """The name of the replica that owns `key` in etcd, or None."""
+    name = base64.b64encode(b"fencegate-test/o/k/" + key.encode()).decode()
+    req = urllib.request.Request(f"{etcd.url}/v3/kv/range", method="POST",
+                                 data=json.dumps({"key": name}).encode())
+    with urllib.request.urlopen(req, timeout=IO_TIMEOUT) as r:
+        kvs = json.loads(r.read()).get("kvs", [])
+    return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
 
 
 def test_two_replicas_share_one_fence(make_gate, backend, etcd):
@@ -62,12 +81,34 @@ def test_without_etcd_writes_fail_closed_and_service_resumes(make_gate, backend,
     assert a.put("/objects/y", token=12).status == 200
 
 
-def test_a_replica_killed_and_restarted_keeps_the_fence(make_gate, backend, etcd):
-    a = replica(make_gate, etcd, "a")
+def test_a_killed_owners_keys_move_when_its_lease_ends_not_before(make_gate, backend, etcd):
+    """kill -9 of the replica that owns a key: another replica's write of
+    it is answered key_moving while the owner's lease lives (the owner key
+    is still in etcd), and judged once etcd has ended the lease: the fence
+    holds across the replicas."""
+    a = replica(make_gate, etcd, "a", ownership={"lease_ttl": "3s", "name": "replica-a"})
     assert a.put("/objects/z", token=50).status == 201
+    assert owner_of(etcd, "/objects/z") == "replica-a"
     a.kill()
-    again = replica(make_gate, etcd, "a-again")
+    again = replica(make_gate, etcd, "b", ownership={"wait": "200ms", "name": "replica-b"})
+    r = again.put("/objects/z", token=49)
+    body = assert_json_error(r, 503, "key_moving")
+    assert "replica-a" in body["message"], body
+    assert r.header("Retry-After") == "1"
+    assert owner_of(etcd, "/objects/z") == "replica-a"  # not before the lease ends
+    deadline = time.monotonic() + IO_TIMEOUT
+    while owner_of(etcd, "/objects/z") is not None:
+        assert time.monotonic() < deadline, "etcd never ended the killed replica's lease"
+        time.sleep(0.05)  # polling interval of a condition with a deadline
     assert_json_error(again.put("/objects/z", token=49), 409, "stale_token", current=50)
+    assert again.put("/objects/z", token=51).status == 200
+    assert owner_of(etcd, "/objects/z") == "replica-b"
+    assert tokens_seen(backend.log(), path="/objects/z") == ["50", "51"]
+    metrics = again.admin_get("/metrics").body.decode()
+    assert 'fencegate_requests_total{route="objects",outcome="key_moving"} 1' in metrics
+    assert "fencegate_key_waits_total 1" in metrics
+    # The key (and, on this route of the tree, its collection /objects).
+    assert re.search(r"^fencegate_key_takes_total [1-9]", metrics, re.M), metrics
 
 
 def test_idempotency_records_are_shared_by_the_replicas(make_gate, backend, etcd):
@@ -172,15 +213,18 @@ def held_up_write(make_gate, backend, etcd, forward_within):
     its check-and-advance is one transaction, whose answer is the one held
     (a write over the tree of paths reads, then writes)."""
     held = HeldAnswers(("127.0.0.1", etcd.client_port))
-    flat = [{"name": "objects", "path_prefix": "/objects/", "nesting": "off"}]
+    flat = FLAT
     try:
+        # Without ownership, which would have B wait for A's key.
         a = make_gate(name="a", routes=flat, storage={
             "engine": "etcd",
             "etcd": {"endpoints": [f"http://127.0.0.1:{held.port}"], "prefix": "fencegate-test/",
-                     "timeout": "10s", "forward_within": forward_within}})
+                     "timeout": "10s", "forward_within": forward_within,
+                     "ownership": {"enabled": False}}})
         b = make_gate(name="b", routes=flat, storage={
             "engine": "etcd",
-            "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", **ETCD_TIMERS}})
+            "etcd": {"endpoints": [etcd.url], "prefix": "fencegate-test/", **ETCD_TIMERS,
+                     "ownership": {"enabled": False}}})
         assert a.put("/objects/h", token=4).status == 201
         answer = {}
         held.hold()
@@ -218,3 +262,80 @@ def test_without_forward_within_a_held_up_replica_delivers_late(make_gate, backe
     r = held_up_write(make_gate, backend, etcd, "off")
     assert r.status == 200, r
     assert tokens_seen(backend.log(), path="/objects/h") == ["4", "6", "5"]
+
+
+def test_with_ownership_a_held_up_owner_forwards_before_its_key_moves(make_gate, backend, etcd):
+    """The failback case: replica A owns the key and still holds a write
+    with 5 that etcd accepted (its answer held up on the way back, as a
+    write queued behind slow ones would be); the key moves to B, whose
+    write with 6 waits until A has forwarded 5 and given the key up. The
+    backend sees 4, 5, 6: no stale landing."""
+    held = HeldAnswers(("127.0.0.1", etcd.client_port))
+    try:
+        a = replica(make_gate, etcd, "a", endpoint=f"http://127.0.0.1:{held.port}",
+                    ownership={"name": "replica-a"}, routes=FLAT)
+        b = replica(make_gate, etcd, "b", ownership={"name": "replica-b"}, routes=FLAT)
+        assert a.put("/objects/h", token=4).status == 201
+        answers = {}
+        held.hold()
+        writer_a = threading.Thread(target=lambda: answers.update(a=a.put("/objects/h", token=5)))
+        writer_a.start()
+        deadline = time.monotonic() + IO_TIMEOUT
+        while stored_token(etcd, "/objects/h") != 5:  # etcd decided A's write
+            assert time.monotonic() < deadline, "etcd never stored A's token"
+            time.sleep(0.01)  # polling interval of a condition with a deadline
+        writer_b = threading.Thread(target=lambda: answers.update(b=b.put("/objects/h", token=6)))
+        writer_b.start()
+        deadline = time.monotonic() + IO_TIMEOUT
+        while "fencegate_key_waits_total 1" not in b.admin_get("/metrics").body.decode():
+            assert time.monotonic() < deadline, "B's write never waited for A's key"
+            time.sleep(0.01)  # polling interval of a condition with a deadline
+        assert owner_of(etcd, "/objects/h") == "replica-a"
+        held.release()
+        for w in (writer_a, writer_b):
+            w.join(IO_TIMEOUT)
+            assert not w.is_alive()
+        assert answers["a"].status == 200, answers["a"]
+        assert answers["b"].status == 200, answers["b"]
+        assert tokens_seen(backend.log(), path="/objects/h") == ["4", "5", "6"]
+        assert owner_of(etcd, "/objects/h") == "replica-b"
+    finally:
+        held.close()
+
+
+def test_a_paused_owner_does_not_forward_after_its_lease_ends(make_gate, backend, etcd):
+    """Replica A owns the key; its write with 5 is accepted by etcd, then A
+    is cut off from etcd (its answers and keep-alives held) and paused
+    (SIGSTOP) past its lease. B takes the key once etcd ends A's lease and
+    forwards 6. A, resumed and reconnected, learns that 5 was accepted, but
+    its lease has ended by its own clock: 503 fence_expired, not forwarded."""
+    held = HeldAnswers(("127.0.0.1", etcd.client_port))
+    try:
+        a = replica(make_gate, etcd, "a", endpoint=f"http://127.0.0.1:{held.port}",
+                    ownership={"name": "replica-a", "lease_ttl": "2s", "margin": "500ms"},
+                    routes=FLAT)
+        b = replica(make_gate, etcd, "b", ownership={"name": "replica-b", "wait": "5s"},
+                    routes=FLAT)
+        assert a.put("/objects/p", token=4).status == 201
+        answers = {}
+        held.hold()
+        writer = threading.Thread(target=lambda: answers.update(a=a.put("/objects/p", token=5)))
+        writer.start()
+        deadline = time.monotonic() + IO_TIMEOUT
+        while stored_token(etcd, "/objects/p") != 5:
+            assert time.monotonic() < deadline, "etcd never stored A's token"
+            time.sleep(0.01)  # polling interval of a condition with a deadline
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            r = b.put("/objects/p", token=6)  # waits until etcd ends A's lease
+            assert r.status == 200, r
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        held.release()
+        writer.join(IO_TIMEOUT)
+        assert not writer.is_alive()
+        body = assert_json_error(answers["a"], 503, "fence_expired", key="/objects/p")
+        assert "storage.etcd.ownership" in body["message"], body
+        assert tokens_seen(backend.log(), path="/objects/p") == ["4", "6"]
+    finally:
+        held.close()

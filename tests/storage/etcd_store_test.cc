@@ -87,10 +87,18 @@ class EtcdStoreTest : public ::testing::Test {
     prefix_ = "test/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/";
   }
 
+  // Two replicas that judge one key's writes side by side: without
+  // ownership, which would have one wait for the other's key (the key
+  // queue's release, etcd_ownership_test.cc).
+  std::unique_ptr<EtcdStore> OpenUnowned() {
+    return Open(nullptr, std::chrono::milliseconds(10000), EtcdStoreOptions{}.max_batch, false);
+  }
+
   // Generous: a call to etcd must not time out on a busy machine.
   std::unique_ptr<EtcdStore> Open(CountingTransport** counting = nullptr,
                                   std::chrono::milliseconds timeout = std::chrono::milliseconds(10000),
-                                  size_t max_batch = EtcdStoreOptions{}.max_batch) {
+                                  size_t max_batch = EtcdStoreOptions{}.max_batch,
+                                  bool ownership = true) {
     EtcdClientOptions options;
     options.endpoints = cluster_->endpoints();
     options.request_timeout = timeout;
@@ -102,6 +110,7 @@ class EtcdStoreTest : public ::testing::Test {
     EtcdStoreOptions store_options;
     store_options.prefix = prefix_;
     store_options.max_batch = max_batch;
+    store_options.ownership.enabled = ownership;
     return std::make_unique<EtcdStore>(std::move(transport), store_options);
   }
 
@@ -159,8 +168,8 @@ TEST_F(EtcdStoreTest, KeysWithAnyBytesAndTheRecordPrefixIsRefused) {
 // Two replicas on one etcd: 34 through A, then 33 through B is refused, 35
 // through B is accepted and A sees it.
 TEST_F(EtcdStoreTest, TwoStoresShareOneFence) {
-  auto a = Open();
-  auto b = Open();
+  auto a = OpenUnowned();
+  auto b = OpenUnowned();
   EXPECT_TRUE(AdvanceSync(*a, "/objects/x", 34).fence.accepted);
   Answer late = AdvanceSync(*b, "/objects/x", 33);
   ASSERT_TRUE(late.status.ok());
@@ -177,8 +186,8 @@ TEST_F(EtcdStoreTest, TwoStoresShareOneFence) {
 // below one accepted before it was sent, and the stored value ends as the
 // highest accepted.
 TEST_F(EtcdStoreTest, ConcurrentReplicasNeverAcceptBelowTheStoredToken) {
-  auto a = Open();
-  auto b = Open();
+  auto a = OpenUnowned();
+  auto b = OpenUnowned();
   constexpr int kPerStore = 150;
   std::atomic<uint64_t> highest_accepted{0};
   std::atomic<int> violations{0};
@@ -287,8 +296,8 @@ TEST_F(EtcdStoreTest, ARunOfTreeWritesHoldsAtMostMaxBatch) {
 // write below it accepted through the other (compare-and-set on every
 // node read), whatever the interleaving.
 TEST_F(EtcdStoreTest, TwoReplicasDecideOneTree) {
-  auto a = Open();
-  auto b = Open();
+  auto a = OpenUnowned();
+  auto b = OpenUnowned();
   constexpr int kPerStore = 60;
   std::atomic<int> violations{0};
   auto issue = [&](EtcdStore& store, int seed) {

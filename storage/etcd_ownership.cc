@@ -1,0 +1,314 @@
+// EtcdStore's ownership of keys between replicas (etcd_store.h,
+// "Ownership"): the lease, its keep-alive, the release of idle keys, and
+// the calls that wait for another replica to give a key up.
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "storage/etcd_client.h"
+#include "storage/etcd_store.h"
+
+namespace fencegate::storage {
+
+using nlohmann::json;
+
+namespace {
+
+// How often calls that wait for another replica's key are tried again.
+constexpr auto kRetryInterval = std::chrono::milliseconds(25);
+
+int64_t Nanos(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// "/" for the root, else "/" and the path's first segment.
+std::string_view FirstSegment(std::string_view path) {
+  const size_t end = path.find('/', 1);
+  return end == std::string_view::npos ? path : path.substr(0, end);
+}
+
+std::string DefaultName() {
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  return std::string(host.data()) + ":" + std::to_string(::getpid());
+}
+
+}  // namespace
+
+std::string EtcdStore::OwnerKeyOf(std::string_view key) const {
+  std::string out = options_.prefix;
+  out.append("o/k/").append(key);
+  return out;
+}
+
+void EtcdStore::TreeOwners(const TreeWrite& write, std::vector<std::string>* owned,
+                           std::vector<std::string>* checked) const {
+  for (const std::string& k : write.keys) owned->push_back(OwnerKeyOf(k));
+  const std::string subtree_root = options_.prefix + "o/s";
+  for (const TreeTarget& t : write.targets) {
+    if (t.path == "/" && t.subtree) {
+      owned->push_back(subtree_root);
+      checked->push_back(options_.prefix + "o/p");  // the range of first segments
+      continue;
+    }
+    std::string name = options_.prefix + "o/p";
+    name.append(FirstSegment(t.path));
+    owned->push_back(std::move(name));
+    checked->push_back(subtree_root);
+  }
+  auto dedupe = [](std::vector<std::string>* v) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  };
+  dedupe(owned);
+  dedupe(checked);
+}
+
+bool EtcdStore::Forwardable(int64_t owner) const {
+  if (owner == 0) return true;
+  const int64_t margin = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             options_.ownership.margin)
+                             .count();
+  if (live_lease_.load() != owner) return false;
+  return Nanos(Clock::now()) + margin < live_until_ns_.load();
+}
+
+void EtcdStore::Disown(std::string_view key) {
+  if (!options_.ownership.enabled) return;
+  std::lock_guard lock(mu_);
+  const bool first = idle_.empty();
+  idle_.emplace_back(Clock::now(), std::string(key));
+  if (first) cv_.notify_one();  // the lane may sleep past the release time
+}
+
+int64_t EtcdStore::EnsureLease(Status* status) {
+  if (lease_ != 0) return lease_;
+  if (owner_name64_.empty()) {
+    owner_name64_ = EtcdClient::Base64(options_.ownership.name.empty() ? DefaultName()
+                                                                      : options_.ownership.name);
+  }
+  const auto ttl_s = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::seconds>(options_.ownership.lease_ttl).count());
+  const Clock::time_point sent = Clock::now();
+  json answer;
+  *status = CallEtcd("/v3/lease/grant", {{"TTL", std::to_string(ttl_s)}}, &answer,
+                     /*retry_if_unknown=*/true);
+  SetHealth(*status);
+  if (!status->ok()) return 0;
+  int64_t id = 0;
+  int64_t ttl = 0;
+  if (!EtcdClient::Int64Field(answer, "ID", &id) || id == 0 ||
+      !EtcdClient::Int64Field(answer, "TTL", &ttl) || ttl <= 0) {
+    *status = Malformed("a granted lease");
+    return 0;
+  }
+  lease_ = id;
+  lease_ttl_ = std::chrono::seconds(ttl);
+  lease_sent_ = sent;
+  next_keepalive_ = sent + lease_ttl_ / 4;
+  live_until_ns_.store(Nanos(sent + lease_ttl_));
+  live_lease_.store(id);
+  return id;
+}
+
+void EtcdStore::KeepAlive() {
+  const Clock::time_point sent = Clock::now();
+  // A keep-alive that comes later than the margin is no use.
+  call_deadline_ = sent + std::min<Clock::duration>(options_.decision_timeout, lease_ttl_ / 2);
+  json answer;
+  const Status status = CallEtcd("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}},
+                                 &answer, /*retry_if_unknown=*/true);
+  SetHealth(status);
+  if (!status.ok()) {
+    next_keepalive_ = Clock::now() + lease_ttl_ / 16;  // soon again
+    return;
+  }
+  next_keepalive_ = sent + lease_ttl_ / 4;
+  const json& result = answer.value("result", answer);
+  int64_t ttl = 0;
+  if (EtcdClient::Int64Field(result, "TTL", &ttl) && ttl > 0) {
+    lease_sent_ = sent;
+    live_until_ns_.store(Nanos(sent + std::chrono::seconds(ttl)));
+    return;
+  }
+  // etcd ended the lease (this replica was cut off or paused longer than
+  // its TTL): every key it owned may be another's by now.
+  live_lease_.store(0);
+  counts_.lost.fetch_add(owned_.size(), std::memory_order_relaxed);
+  owned_.clear();
+  counts_.keys_owned.store(0, std::memory_order_relaxed);
+  lease_ = 0;
+}
+
+void EtcdStore::Owned(const std::string& name, bool taken) {
+  owned_[name] = Clock::now();
+  if (taken) counts_.takes.fetch_add(1, std::memory_order_relaxed);
+  counts_.keys_owned.store(owned_.size(), std::memory_order_relaxed);
+}
+
+void EtcdStore::ReleaseIdle(Clock::time_point now) {
+  std::vector<std::pair<Clock::time_point, std::string>> due;
+  {
+    std::lock_guard lock(mu_);
+    while (!idle_.empty() && idle_.front().first + options_.ownership.release_after <= now) {
+      due.push_back(std::move(idle_.front()));
+      idle_.pop_front();
+    }
+  }
+  if (due.empty() || lease_ == 0) return;
+  // The owner keys whose last use came before the moment they went idle.
+  std::vector<std::string> names;
+  auto consider = [&](const std::string& name, Clock::time_point idle_at) {
+    auto it = owned_.find(name);
+    if (it == owned_.end() || it->second >= idle_at) return;
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
+  for (const auto& [idle_at, key] : due) {
+    if (!IsTreeKey(key)) {
+      consider(OwnerKeyOf(key), idle_at);
+      continue;
+    }
+    // A collection's node: its first segment's owner once no tree write
+    // below it is left; the root's once no tree write at all is.
+    const std::string_view path = std::string_view(key).substr(kTreeKeyPrefix.size());
+    if (path == "/") {
+      consider(options_.prefix + "o/s", idle_at);
+      consider(options_.prefix + "o/p/", idle_at);
+    } else if (FirstSegment(path) == path) {
+      consider(options_.prefix + "o/p" + std::string(path), idle_at);
+    }
+  }
+  const std::string lease = std::to_string(lease_);
+  for (size_t from = 0; from < names.size(); from += options_.max_batch) {
+    const size_t to = std::min(names.size(), from + options_.max_batch);
+    json ops = json::array();
+    for (size_t i = from; i < to; ++i) {
+      const std::string key64 = EtcdClient::Base64(names[i]);
+      ops.push_back(
+          {{"requestTxn",
+            {{"compare", json::array({{{"key", key64},
+                                       {"target", "LEASE"},
+                                       {"result", "EQUAL"},
+                                       {"lease", lease}}})},
+             {"success", json::array({{{"requestDeleteRange", {{"key", key64}}}}})}}}});
+    }
+    call_deadline_ = Clock::now() + options_.decision_timeout;
+    json answer;
+    const Status status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &answer, true);
+    SetHealth(status);
+    if (!status.ok()) {
+      // Kept, and tried again after release_after.
+      std::lock_guard lock(mu_);
+      for (size_t i = from; i < to; ++i) idle_.emplace_back(Clock::now(), names[i]);
+      continue;
+    }
+    for (size_t i = from; i < to; ++i) {
+      owned_.erase(names[i]);
+      counts_.releases.fetch_add(1, std::memory_order_relaxed);
+    }
+    counts_.keys_owned.store(owned_.size(), std::memory_order_relaxed);
+  }
+}
+
+void EtcdStore::Maintain() {
+  const Clock::time_point now = Clock::now();
+  if (lease_ != 0 && now >= next_keepalive_) KeepAlive();
+  ReleaseIdle(now);
+}
+
+void EtcdStore::RevokeLease() {
+  if (lease_ == 0) return;
+  live_lease_.store(0);
+  call_deadline_ = Clock::now() + std::min<Clock::duration>(options_.decision_timeout,
+                                                            std::chrono::seconds(2));
+  json answer;
+  (void)CallEtcd("/v3/lease/revoke", {{"ID", std::to_string(lease_)}}, &answer, true);
+  counts_.releases.fetch_add(owned_.size(), std::memory_order_relaxed);
+  owned_.clear();
+  counts_.keys_owned.store(0, std::memory_order_relaxed);
+  lease_ = 0;
+}
+
+void EtcdStore::OwnerNamesOf(const Call& call, std::vector<std::string>* owned,
+                             std::vector<std::string>* checked) const {
+  if (const auto* single = std::get_if<Single>(&call)) {
+    owned->push_back(OwnerKeyOf(single->key));
+  } else if (const auto* several = std::get_if<Several>(&call)) {
+    for (const KeyToken& item : several->items) owned->push_back(OwnerKeyOf(item.key));
+  } else if (const auto* t = std::get_if<Tree>(&call); t != nullptr && !t->node) {
+    TreeOwners(t->write, owned, checked);
+  }
+}
+
+bool EtcdStore::MustWait(const Call& call) const {
+  if (parked_keys_.empty()) return false;
+  std::vector<std::string> owned;
+  std::vector<std::string> checked;
+  OwnerNamesOf(call, &owned, &checked);
+  const std::string segments = options_.prefix + "o/p";
+  auto waits = [this, &segments](const std::string& name) {
+    if (name == segments) {  // the range of first segments: any of them
+      auto it = parked_keys_.lower_bound(segments);
+      return it != parked_keys_.end() && it->first.starts_with(segments);
+    }
+    return parked_keys_.contains(name);
+  };
+  return std::any_of(owned.begin(), owned.end(), waits) ||
+         std::any_of(checked.begin(), checked.end(), waits);
+}
+
+void EtcdStore::Park(Call call, const std::string& owner) {
+  const Clock::time_point now = Clock::now();
+  Deadline& until = std::visit([](auto& c) -> Deadline& { return c.moving_until; }, call);
+  if (until == Deadline{}) {
+    const Deadline deadline = std::visit([](const auto& c) { return c.deadline; }, call);
+    until = std::min(now + options_.ownership.wait, deadline);
+    counts_.waits.fetch_add(1, std::memory_order_relaxed);
+  }
+  bool stopping = false;
+  {
+    std::lock_guard lock(mu_);
+    stopping = stopping_;
+    if (!stopping && now < until) {
+      std::vector<std::string> owned;
+      std::vector<std::string> checked;
+      OwnerNamesOf(call, &owned, &checked);
+      for (std::string& name : owned) ++parked_keys_[std::move(name)];
+      if (parked_.empty()) next_retry_ = now + kRetryInterval;
+      parked_.push_back(std::move(call));
+      return;
+    }
+  }
+  Answer(call, stopping ? Status::Unavailable("token store is closed")
+                        : Status::Moving("another fencegate replica (" + owner +
+                                         ") owns the key and did not give it up within "
+                                         "storage.etcd.ownership.wait (" +
+                                         std::to_string(options_.ownership.wait.count()) +
+                                         " ms)"));
+}
+
+void EtcdStore::RetryParked(Clock::time_point now) {
+  if (parked_.empty() || (now < next_retry_ && !stopping_)) return;
+  queue_.insert(queue_.begin(), std::make_move_iterator(parked_.begin()),
+                std::make_move_iterator(parked_.end()));
+  parked_.clear();
+  parked_keys_.clear();
+}
+
+EtcdStore::Clock::time_point EtcdStore::NextWake(Clock::time_point now) const {
+  Clock::time_point wake = now + std::chrono::seconds(1);
+  if (!parked_.empty()) wake = std::min(wake, next_retry_);
+  if (lease_ != 0) wake = std::min(wake, next_keepalive_);
+  if (!idle_.empty()) wake = std::min(wake, idle_.front().first + options_.ownership.release_after);
+  return wake;
+}
+
+}  // namespace fencegate::storage
