@@ -589,7 +589,10 @@ void EtcdStore::RunSeveral(Several& call) {
     status = CallEtcd("/v3/kv/txn", {{"compare", compares}, {"success", puts}},
                               &written, true);
     SetHealth(status);
-    CountWrite(0, status, status.ok() && EtcdClient::Succeeded(written) ? puts.size() : 0);
+    // Owner keys taken are no records of the store's.
+    const size_t owners_taken = static_cast<size_t>(std::count(taken.begin(), taken.end(), true));
+    CountWrite(0, status,
+               status.ok() && EtcdClient::Succeeded(written) ? puts.size() - owners_taken : 0);
     if (!status.ok()) break;
     if (!EtcdClient::Succeeded(written)) continue;  // another replica wrote one of them: again
     for (size_t i = 0; i < owners.size(); ++i) Owned(owners[i], taken[i]);

@@ -273,7 +273,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
                               true);
     SetHealth(status);
     const bool succeeded = status.ok() && EtcdClient::Succeeded(written);
-    CountWrite(0, status, succeeded ? puts.size() : 0);
+    CountWrite(0, status, succeeded ? puts.size() - taken : 0);  // owner keys are no records
     if (!status.ok() || succeeded) break;
     // Another replica wrote one of them: read and decide again.
     status = Status::Busy("the tree kept changing under a run of tree writes");

@@ -18,7 +18,8 @@ prometheus_parser = pytest.importorskip(
 
 OUTCOMES = {"forwarded", "stale", "token_required", "bad_request", "store_unavailable",
             "upstream_error", "overloaded", "expired", "replayed", "idempotency_mismatch",
-            "idempotency_in_flight", "idempotency_response_not_kept", "client_error", "nested_keys"}
+            "idempotency_in_flight", "idempotency_response_not_kept", "client_error", "nested_keys",
+            "key_moving"}
 ROUTES = {"", "objects", "shadowed", "pay"}
 FAULTS = "/v1/test/store-faults"
 
