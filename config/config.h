@@ -173,7 +173,7 @@ struct OwnershipConfig {
   bool enabled = true;
   Duration lease_ttl{5000};      // whole seconds, at least 2
   Duration margin{1000};         // above 0, below half of lease_ttl
-  Duration release_after{500};   // 0 or more
+  Duration release_after{30000}; // 0 or more
   // Above 0, at most decision_timeout; when not set, 3 s or decision_timeout
   // if that is shorter.
   Duration wait{3000};

@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <iterator>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -22,8 +23,10 @@ using nlohmann::json;
 
 namespace {
 
-// How often calls that wait for another replica's key are tried again.
+// How often calls that wait for another replica's key are tried again, and
+// how often a replica that owns keys looks for replicas waiting for one.
 constexpr auto kRetryInterval = std::chrono::milliseconds(25);
+constexpr auto kWantPollInterval = std::chrono::milliseconds(25);
 
 int64_t Nanos(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -51,9 +54,16 @@ std::string EtcdStore::OwnerKeyOf(std::string_view key) const {
 
 void EtcdStore::TreeOwners(const TreeWrite& write, std::vector<std::string>* owned,
                            std::vector<std::string>* checked) const {
+  // An administrative raise (import, the admin fence, entering the tree)
+  // forwards nothing: it needs no key of its own.
+  if (write.raise) return;
   for (const std::string& k : write.keys) owned->push_back(OwnerKeyOf(k));
   const std::string subtree_root = options_.prefix + "o/s";
   for (const TreeTarget& t : write.targets) {
+    // Only one counter for a whole tree (nesting: shared) orders writes of
+    // different paths; under per_key, DecideTree refuses a subtree write
+    // over paths fenced under other keys, whichever replica took them.
+    if (t.nesting != Nesting::kShared) continue;
     if (t.path == "/" && t.subtree) {
       owned->push_back(subtree_root);
       checked->push_back(options_.prefix + "o/p");  // the range of first segments
@@ -139,53 +149,171 @@ void EtcdStore::KeepAlive() {
     live_until_ns_.store(Nanos(sent + std::chrono::seconds(ttl)));
     return;
   }
+  LeaseEnded();
+}
+
+void EtcdStore::LeaseEnded() {
   // etcd ended the lease (this replica was cut off or paused longer than
   // its TTL): every key it owned may be another's by now.
   live_lease_.store(0);
   counts_.lost.fetch_add(owned_.size(), std::memory_order_relaxed);
   owned_.clear();
+  idle_names_.clear();
+  my_wants_.clear();  // under the lease: gone with it
   counts_.keys_owned.store(0, std::memory_order_relaxed);
   lease_ = 0;
 }
 
+void EtcdStore::NoteFailure(const Status& status) {
+  // etcd refuses a put under a lease it has ended ("requested lease not
+  // found"): the next call takes a new one rather than waiting for the
+  // keep-alive to learn it.
+  if (lease_ != 0 && status.code() == Status::Code::kNotFound) LeaseEnded();
+}
+
 void EtcdStore::Owned(const std::string& name, bool taken) {
-  owned_[name] = Clock::now();
+  OwnedKey& owned = owned_[name];
+  owned.last_use = Clock::now();
+  owned.idle_since = Clock::time_point{};  // busy
   if (taken) counts_.takes.fetch_add(1, std::memory_order_relaxed);
   counts_.keys_owned.store(owned_.size(), std::memory_order_relaxed);
 }
 
-void EtcdStore::ReleaseIdle(Clock::time_point now) {
-  std::vector<std::pair<Clock::time_point, std::string>> due;
+std::string EtcdStore::WantKeyOf(std::string_view owner) const {
+  std::string out = options_.prefix;
+  out.append("w/").append(owner.substr(options_.prefix.size()));
+  return out;
+}
+
+void EtcdStore::NoteIdle() {
+  std::deque<std::pair<Clock::time_point, std::string>> idle;
   {
     std::lock_guard lock(mu_);
-    while (!idle_.empty() && idle_.front().first + options_.ownership.release_after <= now) {
-      due.push_back(std::move(idle_.front()));
-      idle_.pop_front();
-    }
+    idle.swap(idle_);
   }
-  if (due.empty() || lease_ == 0) return;
-  // The owner keys whose last use came before the moment they went idle.
-  std::vector<std::string> names;
-  auto consider = [&](const std::string& name, Clock::time_point idle_at) {
+  // An owner key is idle from the moment its key went idle, unless a call
+  // that owns it was decided since (a write of it is in flight again).
+  auto note = [this](const std::string& name, Clock::time_point idle_at) {
     auto it = owned_.find(name);
-    if (it == owned_.end() || it->second >= idle_at) return;
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    if (it == owned_.end() || it->second.last_use >= idle_at) return;
+    if (it->second.idle_since != Clock::time_point{}) return;  // idle already
+    it->second.idle_since = idle_at;
+    idle_names_.emplace_back(idle_at, name);
   };
-  for (const auto& [idle_at, key] : due) {
+  for (const auto& [idle_at, key] : idle) {
     if (!IsTreeKey(key)) {
-      consider(OwnerKeyOf(key), idle_at);
+      note(OwnerKeyOf(key), idle_at);
       continue;
     }
     // A collection's node: its first segment's owner once no tree write
     // below it is left; the root's once no tree write at all is.
     const std::string_view path = std::string_view(key).substr(kTreeKeyPrefix.size());
     if (path == "/") {
-      consider(options_.prefix + "o/s", idle_at);
-      consider(options_.prefix + "o/p/", idle_at);
+      note(options_.prefix + "o/s", idle_at);
+      note(options_.prefix + "o/p/", idle_at);
     } else if (FirstSegment(path) == path) {
-      consider(options_.prefix + "o/p" + std::string(path), idle_at);
+      note(options_.prefix + "o/p" + std::string(path), idle_at);
     }
   }
+}
+
+void EtcdStore::PollWants() {
+  const std::string from = options_.prefix + "w/";
+  const std::string to = options_.prefix + "w0";
+  call_deadline_ = Clock::now() + options_.decision_timeout;
+  json answer;
+  const Status status = CallEtcd("/v3/kv/range",
+                                 {{"key", EtcdClient::Base64(from)},
+                                  {"range_end", EtcdClient::Base64(to)},
+                                  {"keys_only", true}},
+                                 &answer, true);
+  SetHealth(status);
+  if (!status.ok()) return;
+  wanted_.clear();
+  for (const json& kv : answer.value("kvs", json::array())) {
+    int64_t holder = 0;
+    std::string key;
+    if (!EtcdClient::Int64Field(kv, "lease", &holder) || holder == lease_ ||
+        !EtcdClient::FromBase64(kv.value("key", std::string()), &key) || !key.starts_with(from)) {
+      continue;
+    }
+    wanted_.insert(options_.prefix + key.substr(from.size()));
+  }
+}
+
+void EtcdStore::PublishWants() {
+  // The wants of calls that no longer wait are taken back.
+  std::vector<std::string> done;
+  {
+    std::lock_guard lock(mu_);
+    for (const std::string& name : my_wants_) {
+      if (!parked_keys_.contains(name)) done.push_back(name);
+    }
+  }
+  std::vector<std::string> fresh;
+  for (std::string& name : new_wants_) {
+    if (!my_wants_.contains(name)) fresh.push_back(std::move(name));
+  }
+  new_wants_.clear();
+  std::sort(fresh.begin(), fresh.end());
+  fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+  if (fresh.empty() && done.empty()) return;
+  Status status;
+  if (!fresh.empty() && EnsureLease(&status) == 0) return;
+  json ops = json::array();
+  for (const std::string& name : fresh) {
+    ops.push_back({{"requestPut",
+                    {{"key", EtcdClient::Base64(WantKeyOf(name))},
+                     {"value", owner_name64_},
+                     {"lease", std::to_string(lease_)}}}});
+  }
+  for (const std::string& name : done) {
+    ops.push_back({{"requestDeleteRange", {{"key", EtcdClient::Base64(WantKeyOf(name))}}}});
+  }
+  call_deadline_ = Clock::now() + options_.decision_timeout;
+  json answer;
+  status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &answer, true);
+  SetHealth(status);
+  if (!status.ok()) {
+    new_wants_ = std::move(fresh);  // tried again at the next turn
+    return;
+  }
+  my_wants_.insert(fresh.begin(), fresh.end());
+  for (const std::string& name : done) my_wants_.erase(name);
+}
+
+void EtcdStore::ReleaseIdle(Clock::time_point now) {
+  NoteIdle();
+  if (lease_ == 0) return;
+  // Idle keys another replica waits for, then those idle for release_after.
+  std::vector<std::string> names;
+  const std::string segments = options_.prefix + "o/p";
+  const bool every_segment = wanted_.contains(segments);  // a subtree write of the root
+  auto wanted = [&](const std::string& name) {
+    return wanted_.contains(name) || (every_segment && name.starts_with(segments));
+  };
+  auto idle = [](const OwnedKey& owned) { return owned.idle_since != Clock::time_point{}; };
+  for (const std::string& name : wanted_) {
+    auto it = owned_.find(name);
+    if (it != owned_.end() && idle(it->second)) names.push_back(name);
+  }
+  if (every_segment) {
+    for (auto it = owned_.lower_bound(segments);
+         it != owned_.end() && it->first.starts_with(segments); ++it) {
+      if (idle(it->second) && !wanted_.contains(it->first)) names.push_back(it->first);
+    }
+  }
+  while (!idle_names_.empty() &&
+         idle_names_.front().first + options_.ownership.release_after <= now) {
+    auto [idle_at, name] = std::move(idle_names_.front());
+    idle_names_.pop_front();
+    auto it = owned_.find(name);
+    // Still idle since that moment, and not among the wanted above.
+    if (it != owned_.end() && it->second.idle_since == idle_at && !wanted(name)) {
+      names.push_back(std::move(name));
+    }
+  }
+  if (names.empty()) return;
   const std::string lease = std::to_string(lease_);
   for (size_t from = 0; from < names.size(); from += options_.max_batch) {
     const size_t to = std::min(names.size(), from + options_.max_batch);
@@ -205,13 +333,19 @@ void EtcdStore::ReleaseIdle(Clock::time_point now) {
     const Status status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &answer, true);
     SetHealth(status);
     if (!status.ok()) {
-      // Kept, and tried again after release_after.
-      std::lock_guard lock(mu_);
-      for (size_t i = from; i < to; ++i) idle_.emplace_back(Clock::now(), names[i]);
+      // Kept, idle: a wanted one goes at the next turn, the others after
+      // release_after.
+      for (size_t i = from; i < to; ++i) {
+        auto it = owned_.find(names[i]);
+        if (it == owned_.end()) continue;
+        it->second.idle_since = Clock::now();
+        idle_names_.emplace_back(it->second.idle_since, names[i]);
+      }
       continue;
     }
     for (size_t i = from; i < to; ++i) {
       owned_.erase(names[i]);
+      wanted_.erase(names[i]);
       counts_.releases.fetch_add(1, std::memory_order_relaxed);
     }
     counts_.keys_owned.store(owned_.size(), std::memory_order_relaxed);
@@ -219,9 +353,15 @@ void EtcdStore::ReleaseIdle(Clock::time_point now) {
 }
 
 void EtcdStore::Maintain() {
-  const Clock::time_point now = Clock::now();
+  Clock::time_point now = Clock::now();
   if (lease_ != 0 && now >= next_keepalive_) KeepAlive();
-  ReleaseIdle(now);
+  if (!new_wants_.empty() || !my_wants_.empty()) PublishWants();
+  now = Clock::now();
+  if (!owned_.empty() && now >= next_want_poll_) {
+    next_want_poll_ = now + kWantPollInterval;
+    PollWants();
+  }
+  ReleaseIdle(Clock::now());
 }
 
 void EtcdStore::RevokeLease() {
@@ -233,6 +373,8 @@ void EtcdStore::RevokeLease() {
   (void)CallEtcd("/v3/lease/revoke", {{"ID", std::to_string(lease_)}}, &answer, true);
   counts_.releases.fetch_add(owned_.size(), std::memory_order_relaxed);
   owned_.clear();
+  idle_names_.clear();
+  my_wants_.clear();  // under the lease: gone with it
   counts_.keys_owned.store(0, std::memory_order_relaxed);
   lease_ = 0;
 }
@@ -268,7 +410,8 @@ bool EtcdStore::MustWait(const Call& call) const {
 void EtcdStore::Park(Call call, const std::string& owner) {
   const Clock::time_point now = Clock::now();
   Deadline& until = std::visit([](auto& c) -> Deadline& { return c.moving_until; }, call);
-  if (until == Deadline{}) {
+  const bool first_wait = until == Deadline{};
+  if (first_wait) {
     const Deadline deadline = std::visit([](const auto& c) { return c.deadline; }, call);
     until = std::min(now + options_.ownership.wait, deadline);
     counts_.waits.fetch_add(1, std::memory_order_relaxed);
@@ -281,6 +424,10 @@ void EtcdStore::Park(Call call, const std::string& owner) {
       std::vector<std::string> owned;
       std::vector<std::string> checked;
       OwnerNamesOf(call, &owned, &checked);
+      if (first_wait) {
+        new_wants_.insert(new_wants_.end(), owned.begin(), owned.end());
+        new_wants_.insert(new_wants_.end(), checked.begin(), checked.end());
+      }
       for (std::string& name : owned) ++parked_keys_[std::move(name)];
       if (parked_.empty()) next_retry_ = now + kRetryInterval;
       parked_.push_back(std::move(call));
@@ -307,7 +454,13 @@ EtcdStore::Clock::time_point EtcdStore::NextWake(Clock::time_point now) const {
   Clock::time_point wake = now + std::chrono::seconds(1);
   if (!parked_.empty()) wake = std::min(wake, next_retry_);
   if (lease_ != 0) wake = std::min(wake, next_keepalive_);
-  if (!idle_.empty()) wake = std::min(wake, idle_.front().first + options_.ownership.release_after);
+  if (!idle_.empty()) wake = now;  // noted at once
+  if (!idle_names_.empty()) {
+    wake = std::min(wake, idle_names_.front().first + options_.ownership.release_after);
+  }
+  if (!owned_.empty()) wake = std::min(wake, next_want_poll_);
+  if (!new_wants_.empty()) wake = now;
+  if (!my_wants_.empty()) wake = std::min(wake, now + kRetryInterval);
   return wake;
 }
 

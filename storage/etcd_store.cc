@@ -407,6 +407,7 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
     status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &response,
                       /*retry_if_unknown=*/true);
     SetHealth(status);
+    if (owning) NoteFailure(status);
   }
   const json* responses = nullptr;
   if (status.ok()) {
@@ -593,6 +594,7 @@ void EtcdStore::RunSeveral(Several& call) {
     const size_t owners_taken = static_cast<size_t>(std::count(taken.begin(), taken.end(), true));
     CountWrite(0, status,
                status.ok() && EtcdClient::Succeeded(written) ? puts.size() - owners_taken : 0);
+    if (!owners.empty()) NoteFailure(status);
     if (!status.ok()) break;
     if (!EtcdClient::Succeeded(written)) continue;  // another replica wrote one of them: again
     for (size_t i = 0; i < owners.size(); ++i) Owned(owners[i], taken[i]);

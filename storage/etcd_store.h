@@ -53,10 +53,10 @@
 // in the lane, tried again every few milliseconds, in order behind it
 // every later call of its keys, until the owner gives it up or its lease
 // ends, and then at most `wait`: answered Moving. The tree's writes own
-// their keys and the first segment of each target (`<prefix>o/p/<seg>`,
-// "/" for the root's own node); a subtree write of the root owns
-// `<prefix>o/s` and needs every first segment free or its own. Closing
-// revokes the lease: the keys pass at once.
+// their keys and, for a target under nesting: shared, its first segment
+// (`<prefix>o/p/<seg>`, "/" for the root's own node); a subtree write of
+// the root owns `<prefix>o/s` and needs every first segment free or its
+// own. Closing revokes the lease: the keys pass at once.
 
 #include <atomic>
 #include <chrono>
@@ -65,6 +65,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -229,9 +230,18 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
                   std::vector<std::string>* checked) const;
   // The lease, granted if there is none: its id, or 0 with *status.
   int64_t EnsureLease(Status* status);
-  // Keep-alive when due, and releases of keys idle long enough.
+  // Keep-alive when due; wants put and taken back; others' wants polled;
+  // idle keys released (wanted, or idle for release_after).
   void Maintain();
+  std::string WantKeyOf(std::string_view owner) const;
+  void NoteIdle();      // Disown's keys: their owner keys become idle
+  void PollWants();
+  void PublishWants();
   void KeepAlive();
+  // The lease is gone: every key owned under it is lost.
+  void LeaseEnded();
+  // After a failed call that owned keys: a lease etcd no longer knows ends.
+  void NoteFailure(const Status& status);
   void ReleaseIdle(Clock::time_point now);
   // A call that found its key another replica's: waits (parked_), or
   // answered Moving once its wait is over. `owner`: the other replica's
@@ -270,7 +280,19 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   std::atomic<int64_t> live_lease_{0};    // any thread: the lease, while live
   std::atomic<int64_t> live_until_ns_{0}; // any thread: steady ns it lasts to, at least
   std::string owner_name64_;              // this replica's name, Base64
-  std::map<std::string, Clock::time_point> owned_;  // lane only: owner key -> last use
+  struct OwnedKey {
+    Clock::time_point last_use;    // the last call decided that owns it
+    Clock::time_point idle_since;  // {}: a write of it may be in flight here
+  };
+  std::map<std::string, OwnedKey, std::less<>> owned_;  // lane only: by owner key
+  // Owner keys that went idle, in time order, for release_after.
+  std::deque<std::pair<Clock::time_point, std::string>> idle_names_;  // lane only
+  // Owner keys another replica waits for (its want key, `<prefix>w/...`,
+  // as last polled), and those this replica put wants for.
+  std::set<std::string> wanted_;     // lane only
+  std::set<std::string> my_wants_;   // lane only
+  std::vector<std::string> new_wants_;  // lane only: to put
+  Clock::time_point next_want_poll_{};  // lane only
   // Calls waiting for another replica's key, in call order, and the owner
   // keys they need (OwnerNamesOf's `owned`), each with its count.
   std::deque<Call> parked_;                        // guarded by mu_

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 
@@ -96,7 +97,9 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
   // Ownership: the owner keys each write owns and checks, read with the
   // rest; a subtree write of the root also reads the range of first
   // segments' owners (`segments`).
-  const bool owning = options_.ownership.enabled;
+  const bool owning = options_.ownership.enabled &&
+                      std::any_of(batch.begin(), batch.end(),
+                                  [](const Tree& call) { return !call.write.raise; });
   std::vector<std::vector<std::string>> owned(batch.size());
   std::vector<std::vector<std::string>> checked(batch.size());
   const std::string segments = options_.prefix + "o/p";
@@ -273,6 +276,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
                               true);
     SetHealth(status);
     const bool succeeded = status.ok() && EtcdClient::Succeeded(written);
+    if (owning) NoteFailure(status);
     CountWrite(0, status, succeeded ? puts.size() - taken : 0);  // owner keys are no records
     if (!status.ok() || succeeded) break;
     // Another replica wrote one of them: read and decide again.
@@ -283,7 +287,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
     for (size_t i = 0; i < parked_from; ++i) {
       if (!decided[i].first.ok()) continue;
       for (const std::string& o : owned[i]) Owned(o, false);
-      decided[i].second.owner = lease;
+      if (!owned[i].empty()) decided[i].second.owner = lease;
     }
   }
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -232,8 +232,9 @@ struct EtcdOwnership {
   // A write is forwarded only while the lease has at least this left, by
   // the replica's own clock.
   std::chrono::milliseconds margin{1000};
-  // A key is given up once no write of it has been left here for this long.
-  std::chrono::milliseconds release_after{500};
+  // A key is given up once no write of it is left here and another replica
+  // waits for it, or once none has been left here for this long.
+  std::chrono::milliseconds release_after{30000};
   // How long a write waits for another replica to give its key up.
   std::chrono::milliseconds wait{3000};
   std::string name;  // the replica's name in etcd; "" = host name and process id

@@ -115,7 +115,10 @@ PAIRED_SAME = {"idem_post": ("fg_fenced", "put_async"), "idem_replay": ("fg_get"
 IDEMPOTENT = ("idem_post", "idem_replay")
 # idem_replay's keys, each stored once before the timed runs.
 REPLAY_KEYS = 100
-BODY_BYTES = {"put_pass": 16, "put_async": 16, "put_deep": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
+# put_reuse: the same keys in every run (1,000 per wrk thread), so that a
+# store that takes something once per key (etcd ownership) has taken them.
+REUSED_KEYS = 1000
+BODY_BYTES = {"put_reuse": 16, "put_pass": 16, "put_async": 16, "put_deep": 16, "put_sync": 16, "put_hot": 16, "put_64k": 64 << 10,
               "put_1m": 1 << 20, "idem_post": 16, "idem_replay": 16}
 # The fencegate processes' own targets: their CPU is fencegate's.
 FG_TARGETS = ("fencegate", "fg_pass", "fg_fenced", "fg_get")
@@ -518,7 +521,8 @@ def run_wrk(args, url, scenario, conns, duration):
     else:
         mode = {"put_hot": "hot", "put_pass": "plain", "put_deep": "deep"}.get(scenario, "keys")
         base = time.time_ns() // 1000  # grows between runs: tokens never go down
-        script, extra = "put.lua", [mode, str(base), "10000", str(BODY_BYTES[scenario])]
+        nkeys = REUSED_KEYS if scenario == "put_reuse" else 10000
+        script, extra = "put.lua", [mode, str(base), str(nkeys), str(BODY_BYTES[scenario])]
     argv = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{duration}s",
             "--timeout", "10s", "-s", os.path.join(HERE, script), url, "--"] + extra
     # wrk's own CPU time: the children reaped during the run are wrk alone
@@ -894,7 +898,8 @@ def measure_etcd_cluster(args, procs, work, backend_port, concs, problems):
             gates[name] = Fencegate(procs, args.fencegate, work, f"fg-etcd-{name}",
                                     args.threads, backend_port, "sync", args.access_log,
                                     log_level=args.log_level, storage=storage)
-        scenario = "put_deep" if args.deep_paths else "put_async"
+        scenario = "put_deep" if args.deep_paths else \
+            "put_reuse" if args.etcd_ownership else "put_async"
         results = measure_variants(args, "put_etcd", gates, scenario, concs, problems,
                                    variants[0][0], variants[1][0], others=members)
         results["paths"] = "4 segments" if args.deep_paths else "3 segments"

@@ -71,13 +71,15 @@ class EtcdOwnershipTest : public ::testing::Test {
   }
 
   std::unique_ptr<EtcdStore> Open(const std::string& name,
-                                  std::chrono::milliseconds wait = std::chrono::seconds(20)) {
+                                  std::chrono::milliseconds wait = std::chrono::seconds(20),
+                                  std::chrono::milliseconds release_after =
+                                      std::chrono::milliseconds(50)) {
     EtcdStoreOptions options;
     options.prefix = prefix_;
     options.decision_timeout = std::chrono::seconds(30);
     options.ownership.lease_ttl = std::chrono::seconds(2);
     options.ownership.margin = std::chrono::milliseconds(500);
-    options.ownership.release_after = std::chrono::milliseconds(50);
+    options.ownership.release_after = release_after;
     options.ownership.wait = wait;
     options.ownership.name = name;
     return std::make_unique<EtcdStore>(std::make_unique<Transport>(Client()), options);
@@ -157,6 +159,34 @@ TEST_F(EtcdOwnershipTest, AWriteWaitsUntilTheOwnerGivesTheKeyUp) {
   EXPECT_EQ(Counts(*b).takes, 1u);
   ASSERT_TRUE(Eventually([&] { return Counts(*a).releases == 1; }));
   EXPECT_EQ(Counts(*a).keys_owned, 0u);
+}
+
+// A key nobody waits for stays with its replica however long it is idle
+// (release_after an hour here); once another replica waits for it (its
+// want in etcd), the owner gives it up as soon as it is idle, and not
+// while a write of it is in flight.
+TEST_F(EtcdOwnershipTest, AKeyAnotherReplicaWaitsForIsGivenUpOnceIdle) {
+  constexpr auto kHour = std::chrono::hours(1);
+  auto a = Open("replica-a", std::chrono::seconds(20), kHour);
+  auto b = Open("replica-b", std::chrono::milliseconds(500), kHour);
+  auto first = Advance(*a, "/objects/busy", 1);
+  ASSERT_TRUE(Get(first).fence.accepted);
+  // In flight on a (no Disown): b's wait runs out.
+  auto refused = Advance(*b, "/objects/busy", 2);
+  EXPECT_EQ(Get(refused).status.code(), Status::Code::kMoving);
+  EXPECT_EQ(Counts(*a).releases, 0u);
+  // Idle on a, and nobody waits: kept.
+  auto again = Advance(*a, "/objects/idle", 1);
+  ASSERT_TRUE(Get(again).fence.accepted);
+  a->Disown("/objects/idle");
+  EXPECT_EQ(Counts(*a).releases, 0u);
+  // b waits for the idle key: a gives it up.
+  auto moved = Advance(*b, "/objects/idle", 2);
+  Decided d = Get(moved);
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_TRUE(d.fence.accepted);
+  EXPECT_EQ(Counts(*a).releases, 1u);
+  EXPECT_EQ(Counts(*a).keys_owned, 1u);  // /objects/busy, still in flight
 }
 
 // A key used again after it went idle is not given up.
@@ -299,10 +329,10 @@ TreeWrite PutAt(const std::string& path, uint64_t token, bool subtree = false) {
   return w;
 }
 
-// The tree: a replica owns a first segment; a write anywhere below it
-// through another replica waits, one below another segment does not, and
-// a subtree write of the root waits for every segment another replica
-// owns.
+// The tree under nesting: shared: a replica owns a first segment; a write
+// anywhere below it through another replica waits, one below another
+// segment does not (nor one under per_key), and a subtree write of the
+// root waits for every segment another replica owns.
 TEST_F(EtcdOwnershipTest, TreeWritesOwnTheirFirstSegment) {
   auto a = Open("replica-a", std::chrono::milliseconds(300));
   auto b = Open("replica-b", std::chrono::milliseconds(300));
@@ -314,6 +344,12 @@ TEST_F(EtcdOwnershipTest, TreeWritesOwnTheirFirstSegment) {
   ASSERT_TRUE(elsewhere.status.ok()) << elsewhere.status.ToString();
   EXPECT_EQ(elsewhere.verdict.kind, TreeVerdict::Kind::kAccepted);
   EXPECT_NE(elsewhere.verdict.owner, 0);
+  // A route under nesting: per_key owns its keys only.
+  TreeWrite per_key = PutAt("/t/k", 6);
+  per_key.targets[0].nesting = Nesting::kPerKey;
+  testing::TreeResult own_key = testing::AdvanceTreeSync(*b, per_key);
+  ASSERT_TRUE(own_key.status.ok()) << own_key.status.ToString();
+  EXPECT_EQ(own_key.verdict.kind, TreeVerdict::Kind::kAccepted);
   testing::TreeResult root = testing::AdvanceTreeSync(*a, PutAt("/", 7, /*subtree=*/true));
   EXPECT_EQ(root.status.code(), Status::Code::kMoving) << root.status.ToString();
   // Once the collection /t is idle on a, b may write below it.
