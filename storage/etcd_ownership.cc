@@ -93,10 +93,10 @@ bool EtcdStore::Forwardable(int64_t owner) const {
 
 void EtcdStore::Disown(std::string_view key) {
   if (!options_.ownership.enabled) return;
-  std::lock_guard lock(mu_);
-  const bool first = idle_.empty();
+  // No wake-up: the lane notes idle keys after each batch, and while idle
+  // within a poll interval (NextWake), soon enough for a want.
+  std::lock_guard lock(idle_mu_);
   idle_.emplace_back(Clock::now(), std::string(key));
-  if (first) cv_.notify_one();  // the lane may sleep past the release time
 }
 
 int64_t EtcdStore::EnsureLease(Status* status) {
@@ -188,7 +188,7 @@ std::string EtcdStore::WantKeyOf(std::string_view owner) const {
 void EtcdStore::NoteIdle() {
   std::deque<std::pair<Clock::time_point, std::string>> idle;
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(idle_mu_);
     idle.swap(idle_);
   }
   // An owner key is idle from the moment its key went idle, unless a call
@@ -217,18 +217,27 @@ void EtcdStore::NoteIdle() {
   }
 }
 
+bool EtcdStore::WantsDue() const {
+  return !owned_.empty() && Clock::now() >= next_want_poll_;
+}
+
+json EtcdStore::WantsRange() const {
+  return {{"key", EtcdClient::Base64(options_.prefix + "w/")},
+          {"range_end", EtcdClient::Base64(options_.prefix + "w0")},
+          {"keys_only", true}};
+}
+
 void EtcdStore::PollWants() {
-  const std::string from = options_.prefix + "w/";
-  const std::string to = options_.prefix + "w0";
   call_deadline_ = Clock::now() + options_.decision_timeout;
   json answer;
-  const Status status = CallEtcd("/v3/kv/range",
-                                 {{"key", EtcdClient::Base64(from)},
-                                  {"range_end", EtcdClient::Base64(to)},
-                                  {"keys_only", true}},
-                                 &answer, true);
+  const Status status = CallEtcd("/v3/kv/range", WantsRange(), &answer, true);
   SetHealth(status);
-  if (!status.ok()) return;
+  if (status.ok()) TakeWants(answer);
+}
+
+void EtcdStore::TakeWants(const json& answer) {
+  next_want_poll_ = Clock::now() + kWantPollInterval;
+  const std::string from = options_.prefix + "w/";
   wanted_.clear();
   for (const json& kv : answer.value("kvs", json::array())) {
     int64_t holder = 0;
@@ -356,11 +365,7 @@ void EtcdStore::Maintain() {
   Clock::time_point now = Clock::now();
   if (lease_ != 0 && now >= next_keepalive_) KeepAlive();
   if (!new_wants_.empty() || !my_wants_.empty()) PublishWants();
-  now = Clock::now();
-  if (!owned_.empty() && now >= next_want_poll_) {
-    next_want_poll_ = now + kWantPollInterval;
-    PollWants();
-  }
+  if (WantsDue()) PollWants();
   ReleaseIdle(Clock::now());
 }
 
@@ -454,7 +459,12 @@ EtcdStore::Clock::time_point EtcdStore::NextWake(Clock::time_point now) const {
   Clock::time_point wake = now + std::chrono::seconds(1);
   if (!parked_.empty()) wake = std::min(wake, next_retry_);
   if (lease_ != 0) wake = std::min(wake, next_keepalive_);
-  if (!idle_.empty()) wake = now;  // noted at once
+  bool idle = false;
+  {
+    std::lock_guard lock(idle_mu_);
+    idle = !idle_.empty();
+  }
+  if (idle) wake = std::min(wake, now + kWantPollInterval);
   if (!idle_names_.empty()) {
     wake = std::min(wake, idle_names_.front().first + options_.ownership.release_after);
   }

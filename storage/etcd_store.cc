@@ -210,8 +210,10 @@ void EtcdStore::Lane() {
     if (queue_.empty()) {
       if (stopping_ && parked_.empty()) break;
       const Clock::time_point wake = std::min(NextWake(now), last_call + kProbeInterval);
-      if (wake > now && !stopping_) {
-        cv_.wait_until(lock, wake);
+      // Woken by a call: look at the queue. At the wake time: the lane's
+      // own work (some of it due within an interval from now, so the time
+      // is not computed again).
+      if (wake > now && !stopping_ && cv_.wait_until(lock, wake) == std::cv_status::no_timeout) {
         continue;
       }
       lock.unlock();
@@ -253,6 +255,7 @@ void EtcdStore::Lane() {
       // TreeNodePaths, each read once however many writes share it).
       std::vector<Tree> batch;
       std::unordered_set<std::string> read;
+      size_t owned_reads = 0;
       while (!queue_.empty() && batch.size() < options_.max_batch) {
         auto* next = std::get_if<Tree>(&queue_.front());
         if (next == nullptr || next->node || MustWait(queue_.front())) break;
@@ -263,16 +266,16 @@ void EtcdStore::Lane() {
         for (const std::string& p : TreeNodePaths(next->write)) {
           if (!read.contains(NodeKeyOf(p))) more.push_back(NodeKeyOf(p));
         }
-        if (options_.ownership.enabled) {
-          std::vector<std::string> owners;
-          TreeOwners(next->write, &owners, &owners);
-          for (std::string& o : owners) {
-            if (!read.contains(o)) more.push_back(std::move(o));
-          }
-        }
         std::sort(more.begin(), more.end());
         more.erase(std::unique(more.begin(), more.end()), more.end());
-        if (!batch.empty() && read.size() + more.size() > kMaxTreeReads) break;
+        // Ownership reads at most an owner key per key and target more
+        // (counted, not spelt: this runs under the queue's lock).
+        const size_t owners =
+            options_.ownership.enabled ? next->write.keys.size() + next->write.targets.size() : 0;
+        if (!batch.empty() && read.size() + owned_reads + more.size() + owners > kMaxTreeReads) {
+          break;
+        }
+        owned_reads += owners;
         read.insert(std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
         batch.push_back(std::move(*next));
         queue_.pop_front();
@@ -402,6 +405,9 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
     }
     ops.push_back(std::move(advance));
   }
+  // Others' wants, when due, ride along (no call of their own).
+  const bool wants = owning && WantsDue();
+  if (wants) ops.push_back({{"requestRange", WantsRange()}});
   json response;
   if (status.ok()) {
     status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &response,
@@ -412,10 +418,11 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
   const json* responses = nullptr;
   if (status.ok()) {
     auto it = response.find("responses");
-    if (it == response.end() || !it->is_array() || it->size() != batch.size()) {
+    if (it == response.end() || !it->is_array() || it->size() != batch.size() + (wants ? 1 : 0)) {
       status = Malformed("one answer per operation");
     } else {
       responses = &*it;
+      if (wants) TakeWants(it->back().value("response_range", json::object()));
     }
   }
   // The writes are answered after they are counted, so that whoever sees

@@ -207,7 +207,9 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void Lane();
   void RunBatch(std::vector<Single>& batch);
   void RunSeveral(Several& call);
-  void RunTrees(std::vector<Tree>& batch);  // etcd_tree.cc
+  // `again`: a second try after an owner key assumed to be this replica's
+  // was not (read this time).
+  void RunTrees(std::vector<Tree>& batch, bool again = false);  // etcd_tree.cc
   void RunNodeRead(Tree& call);             // etcd_tree.cc
   std::string NodeKeyOf(std::string_view path) const;
   // Corruption: etcd's answer is not `what` it should be.
@@ -235,6 +237,11 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void Maintain();
   std::string WantKeyOf(std::string_view owner) const;
   void NoteIdle();      // Disown's keys: their owner keys become idle
+  // Others' wants: read on their own when due (PollWants), or in a
+  // transaction the lane sends anyway (WantsRange's answer to TakeWants).
+  bool WantsDue() const;
+  nlohmann::json WantsRange() const;
+  void TakeWants(const nlohmann::json& range);
   void PollWants();
   void PublishWants();
   void KeepAlive();
@@ -298,8 +305,11 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   std::deque<Call> parked_;                        // guarded by mu_
   std::map<std::string, size_t, std::less<>> parked_keys_;  // guarded by mu_
   Clock::time_point next_retry_{};                 // guarded by mu_
-  // Keys with no write left here (Disown), and when, in time order.
-  std::deque<std::pair<Clock::time_point, std::string>> idle_;  // guarded by mu_
+  // Keys with no write left here (Disown), and when, in time order. A lock
+  // of their own: Disown comes on every write's end, and must not wait for
+  // the lane's batches.
+  mutable std::mutex idle_mu_;
+  std::deque<std::pair<Clock::time_point, std::string>> idle_;  // guarded by idle_mu_
   Deadline call_deadline_{};           // lane only: the running decision's deadline
   std::mutex close_mu_;
   bool closed_ = false;      // guarded by close_mu_

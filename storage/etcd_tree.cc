@@ -85,8 +85,8 @@ void EtcdStore::RunNodeRead(Tree& call) {
   call.node(Status::Ok(), std::move(node));
 }
 
-void EtcdStore::RunTrees(std::vector<Tree>& batch) {
-  counts_.requests.fetch_add(batch.size(), std::memory_order_relaxed);
+void EtcdStore::RunTrees(std::vector<Tree>& batch, bool again) {
+  if (!again) counts_.requests.fetch_add(batch.size(), std::memory_order_relaxed);
   // Every etcd key the batch reads, once, in the order first needed.
   std::vector<std::string> names;
   std::unordered_map<std::string, size_t> index;
@@ -105,6 +105,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
   const std::string segments = options_.prefix + "o/p";
   const std::string segments_end = options_.prefix + "o/q";
   bool read_segments = false;
+  std::vector<std::string> assumed;  // owner keys this replica holds, as far as it knows
   Status status;
   int64_t lease = 0;
   if (owning) {
@@ -120,7 +121,14 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
     for (const std::string& p : node_paths[i]) need(NodeKeyOf(p));
     if (!owning) continue;
     TreeOwners(batch[i].write, &owned[i], &checked[i]);
-    for (const std::string& o : owned[i]) need(o);
+    for (const std::string& o : owned[i]) {
+      // One this replica took is not read: the write compares its lease.
+      if (owned_.contains(o)) {
+        assumed.push_back(o);
+      } else {
+        need(o);
+      }
+    }
     for (const std::string& c : checked[i]) {
       if (c == segments) {
         read_segments = true;
@@ -131,6 +139,8 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
   }
   std::vector<std::string> names64(names.size());
   for (size_t j = 0; j < names.size(); ++j) names64[j] = EtcdClient::Base64(names[j]);
+  std::sort(assumed.begin(), assumed.end());
+  assumed.erase(std::unique(assumed.begin(), assumed.end()), assumed.end());
 
   std::vector<std::pair<Status, TreeVerdict>> decided(batch.size());
   // The first write that waits for another replica's key (and every write
@@ -147,15 +157,39 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
       reads.push_back({{"requestRange",
                         {{"key", segments64}, {"range_end", segments_end64}, {"keys_only", true}}}});
     }
+    // Others' wants, when due, ride along.
+    const bool wants = owning && WantsDue();
+    if (wants) reads.push_back({{"requestRange", WantsRange()}});
     json read;
-    status = CallEtcd("/v3/kv/txn", {{"success", reads}}, &read, true);
+    json read_txn = {{"success", reads}};
+    if (!assumed.empty()) {
+      // The owner keys assumed this replica's are not read but compared
+      // (when one is not, nothing is read: the batch is tried again, reading
+      // them): a write that changes nothing sends no second transaction, and
+      // is forwarded on this check alone.
+      json mine = json::array();
+      for (const std::string& o : assumed) {
+        mine.push_back({{"key", EtcdClient::Base64(o)},
+                        {"target", "LEASE"},
+                        {"result", "EQUAL"},
+                        {"lease", std::to_string(lease)}});
+      }
+      read_txn["compare"] = std::move(mine);
+    }
+    status = CallEtcd("/v3/kv/txn", read_txn, &read, true);
     SetHealth(status);
     if (!status.ok()) break;
+    if (!assumed.empty() && !EtcdClient::Succeeded(read)) {
+      for (const std::string& o : assumed) owned_.erase(o);
+      counts_.keys_owned.store(owned_.size(), std::memory_order_relaxed);
+      return RunTrees(batch, /*again=*/true);
+    }
     const json& answers = read.value("responses", json::array());
-    if (answers.size() != names.size() + (read_segments ? 1 : 0)) {
+    if (answers.size() != names.size() + (read_segments ? 1 : 0) + (wants ? 1 : 0)) {
       status = EtcdStore::Malformed("one answer per key");
       break;
     }
+    if (wants) TakeWants(answers.back().value("response_range", json::object()));
     std::vector<Read> state(names.size());
     for (size_t j = 0; j < names.size() && status.ok(); ++j) {
       if (!ReadOf(answers[j], &state[j])) status = EtcdStore::Malformed("a token or a tree node");
@@ -185,6 +219,7 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
       if (owning) {
         auto theirs = [&](const std::string& name) {
           if (name == segments) return !segments_free;
+          if (!index.contains(name)) return false;  // assumed: compared below
           const Read& r = state[index.at(name)];
           return r.Now() && r.lease != lease && !r.decided;
         };
@@ -234,7 +269,9 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
       }
       // Its owner keys that nobody held are taken.
       for (const std::string& o : owned[i]) {
-        Read& r = state[index.at(o)];
+        auto at = index.find(o);
+        if (at == index.end()) continue;  // assumed
+        Read& r = state[at->second];
         if (!r.value && !r.decided) r.decided = "";
       }
     }
@@ -259,6 +296,12 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
                          {{"key", names64[j]}, {"value", EtcdClient::Base64(*state[j].decided)}}}});
       }
     }
+    for (const std::string& o : assumed) {
+      compares.push_back({{"key", EtcdClient::Base64(o)},
+                          {"target", "LEASE"},
+                          {"result", "EQUAL"},
+                          {"lease", std::to_string(lease)}});
+    }
     if (read_segments) {
       // No first segment taken (nor its owner changed) since the read.
       compares.push_back({{"key", segments64},
@@ -279,6 +322,13 @@ void EtcdStore::RunTrees(std::vector<Tree>& batch) {
     if (owning) NoteFailure(status);
     CountWrite(0, status, succeeded ? puts.size() - taken : 0);  // owner keys are no records
     if (!status.ok() || succeeded) break;
+    if (!assumed.empty()) {
+      // Perhaps an owner key is no longer this replica's (its lease
+      // ended): all of them are read this time.
+      for (const std::string& o : assumed) owned_.erase(o);
+      counts_.keys_owned.store(owned_.size(), std::memory_order_relaxed);
+      return RunTrees(batch, /*again=*/true);
+    }
     // Another replica wrote one of them: read and decide again.
     status = Status::Busy("the tree kept changing under a run of tree writes");
   }

@@ -842,7 +842,12 @@ def measure_variants(args, label, gates, scenario, concs, problems, num, den, ot
                 pids = [gates[t].pid]
                 ticks, _ = cpu_ticks_and_faults(pids)
                 other_ticks, _ = cpu_ticks_and_faults(others) if others else (0, 0)
+                # --perf: each variant's first round, recorded.
+                recorder = perf_record_start(args.perf, gates[t].pid, f"{label}-{t}", c,
+                                             args.duration) if args.perf and rnd == 0 else None
                 r = run_wrk(args, f"http://127.0.0.1:{gates[t].port}", scenario, c, args.duration)
+                if recorder is not None:
+                    recorder.wait()
                 if r.get("requests"):
                     ticks_after, _ = cpu_ticks_and_faults(pids)
                     r["cpu_us_per_request"] = round(
