@@ -23,8 +23,10 @@
 # integration.packaging (it checks the release binary's shared libraries and
 # the shipped files, not code), and the tests that mostly wait on other
 # processes over paths the rest of the suite drives already:
-# integration.etcd_cluster and integration.haproxy_recipe (etcd elections,
-# HAProxy's checks; integration.etcd_replicas runs the etcd engine here),
+# integration.etcd_cluster, integration.haproxy_recipe and
+# integration.replica_failback (etcd elections, HAProxy's checks, a load
+# through HAProxy; integration.etcd_replicas runs the etcd engine and its
+# ownership of keys here),
 # integration.gc_pause_demo and integration.demo (the demo scripts).
 #
 # Any report fails the stage. UBSan is fatal (-fno-sanitize-recover), ASan
@@ -71,7 +73,7 @@ export LSAN_OPTIONS="$common"
 rc=0
 # shellcheck disable=SC2086
 ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "${ASAN_CTEST_JOBS:-3}" \
-  -E '^(chaos\.|docs\.|integration\.(kill_torture|packaging|etcd_cluster|haproxy_recipe|gc_pause_demo|demo)$)' \
+  -E '^(chaos\.|docs\.|integration\.(kill_torture|packaging|etcd_cluster|haproxy_recipe|replica_failback|gc_pause_demo|demo)$)' \
   ${ASAN_CTEST_ARGS:-} || rc=$?
 ran=$(date +%s)
 
