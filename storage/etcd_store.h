@@ -241,7 +241,7 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   // transaction the lane sends anyway (WantsRange's answer to TakeWants).
   bool WantsDue() const;
   nlohmann::json WantsRange() const;
-  void TakeWants(const nlohmann::json& range);
+  void TakeWants(const nlohmann::json& answer);
   void PollWants();
   void PublishWants();
   void KeepAlive();
