@@ -57,7 +57,9 @@ void EtcdStore::TreeOwners(const TreeWrite& write, std::vector<std::string>* own
   // An administrative raise (import, the admin fence, entering the tree)
   // forwards nothing: it needs no key of its own.
   if (write.raise) return;
-  for (const std::string& k : write.keys) owned->push_back(OwnerKeyOf(k));
+  for (const std::string& k : write.keys) {
+    if (Forwarded(k)) owned->push_back(OwnerKeyOf(k));
+  }
   const std::string subtree_root = options_.prefix + "o/s";
   for (const TreeTarget& t : write.targets) {
     // Only one counter for a whole tree (nesting: shared) orders writes of
@@ -387,9 +389,11 @@ void EtcdStore::RevokeLease() {
 void EtcdStore::OwnerNamesOf(const Call& call, std::vector<std::string>* owned,
                              std::vector<std::string>* checked) const {
   if (const auto* single = std::get_if<Single>(&call)) {
-    owned->push_back(OwnerKeyOf(single->key));
+    if (Forwarded(single->key)) owned->push_back(OwnerKeyOf(single->key));
   } else if (const auto* several = std::get_if<Several>(&call)) {
-    for (const KeyToken& item : several->items) owned->push_back(OwnerKeyOf(item.key));
+    for (const KeyToken& item : several->items) {
+      if (Forwarded(item.key)) owned->push_back(OwnerKeyOf(item.key));
+    }
   } else if (const auto* t = std::get_if<Tree>(&call); t != nullptr && !t->node) {
     TreeOwners(t->write, owned, checked);
   }

@@ -398,7 +398,7 @@ void EtcdStore::RunBatch(std::vector<Single>& batch) {
     }
     ++requests;
     json advance = AdvanceTxn(key64, EtcdClient::Base64(EncodeToken(call.token)));
-    if (owning && call.kind == Single::Kind::kAdvance) {
+    if (owning && call.kind == Single::Kind::kAdvance && Forwarded(call.key)) {
       owners[i] = OwnerKeyOf(call.key);
       advance = OwnedAdvanceTxn(EtcdClient::Base64(owners[i]), owner_name64_, lease_text,
                                 std::move(advance));
@@ -517,7 +517,9 @@ void EtcdStore::RunSeveral(Several& call) {
   if (options_.ownership.enabled) {
     lease = EnsureLease(&status);
     if (!status.ok()) return call.handler(status, BatchFence{});
-    for (const KeyToken& item : call.items) owners.push_back(OwnerKeyOf(item.key));
+    for (const KeyToken& item : call.items) {
+      if (Forwarded(item.key)) owners.push_back(OwnerKeyOf(item.key));
+    }
   }
   for (int attempt = 0; attempt < kSeveralAttempts; ++attempt) {
     // Read every key (one transaction: one revision), decide, then write

@@ -225,6 +225,10 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   // Ownership (etcd_ownership.cc). Lane only, unless said.
   using Clock = std::chrono::steady_clock;
   std::string OwnerKeyOf(std::string_view key) const;
+  // Whether a key's writes are forwarded, and so owned: not fencegate's own
+  // keys, which begin with a NUL byte (the lock service's counters under
+  // "\0locks/", the tree's entry mark), whose writes go nowhere.
+  static bool Forwarded(std::string_view key) { return key.empty() || key.front() != '\0'; }
   // The owner keys a tree write needs (`owned`) and must find free or its
   // own (`checked`, subtree writes of the root: the range of first
   // segments, as its first key and range end).

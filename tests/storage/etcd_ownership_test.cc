@@ -321,6 +321,25 @@ TEST_F(EtcdOwnershipTest, AWriteOfSeveralKeysWaitsForEveryOne) {
   EXPECT_EQ(Counts(*b).takes, 2u);
 }
 
+// fencegate's own keys (the lock service's counters, "\0locks/...") are
+// never forwarded, so nobody owns them: two replicas' lock services advance
+// one counter side by side.
+TEST_F(EtcdOwnershipTest, TheLockServicesCountersAreOwnedByNobody) {
+  auto a = Open("replica-a", std::chrono::milliseconds(200));
+  auto b = Open("replica-b", std::chrono::milliseconds(200));
+  const std::string counter("\0locks/jobs", 11);
+  auto first = Advance(*a, counter, 1);
+  Decided d1 = Get(first);
+  ASSERT_TRUE(d1.status.ok()) << d1.status.ToString();
+  EXPECT_EQ(d1.fence.owner, 0);
+  auto second = Advance(*b, counter, 2);
+  Decided d2 = Get(second);
+  ASSERT_TRUE(d2.status.ok()) << d2.status.ToString();
+  EXPECT_TRUE(d2.fence.accepted);
+  EXPECT_EQ(Counts(*b).waits, 0u);
+  EXPECT_EQ(Counts(*a).keys_owned, 0u);
+}
+
 TreeWrite PutAt(const std::string& path, uint64_t token, bool subtree = false) {
   TreeWrite w;
   w.keys = {path};
