@@ -242,7 +242,7 @@ void FenceFilter::Check(const WriteIntent& intent, boost::asio::any_io_executor 
   // The store's answer: on the store's thread, or on this thread inside
   // Acquire (an immediate error; under async durability, a decision made on
   // this thread). Delivery from here is always posted.
-  auto on_answer = [raw = p.get()](const storage::Status& status, storage::Fence fence) {
+  auto on_answer = [raw = p.get()](const storage::Status& status, const storage::Fence& fence) {
     std::shared_ptr<PendingFence> p = std::move(raw->until_answered);
     p->filter.RecordAdvance(std::chrono::steady_clock::now() - p->advance_started);
     {

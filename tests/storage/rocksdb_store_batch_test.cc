@@ -179,10 +179,10 @@ void MakeCall(TokenStore& store, size_t i, const std::shared_ptr<Answers>& out) 
   switch (c.kind) {
     case Call::kAdvance:
       return store.Advance(c.items[0].key, c.items[0].token,
-                           [done](const Status& s, Fence f) { done(Describe(s, f)); });
+                           [done](const Status& s, const Fence& f) { done(Describe(s, f)); });
     case Call::kRaise:
       return store.Raise(c.items[0].key, c.items[0].token,
-                         [done](const Status& s, Fence f) { done(Describe(s, f)); });
+                         [done](const Status& s, const Fence& f) { done(Describe(s, f)); });
     case Call::kAdvanceAll:
       return store.AdvanceAll(
           c.items, [done](const Status& s, const BatchFence& f) { done(Describe(s, f)); });

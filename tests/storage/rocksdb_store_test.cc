@@ -274,7 +274,7 @@ TEST(RocksDbStoreTest, AsyncAdvanceWhileIdleIsDecidedOnTheCallersThread) {
     for (uint64_t token : {5, 7, 6}) {
       std::optional<std::thread::id> ran_on;
       Fence fence;
-      store->Advance("k", token, [&](const Status& s, Fence f) {
+      store->Advance("k", token, [&](const Status& s, const Fence& f) {
         EXPECT_TRUE(s.ok()) << s.ToString();
         ran_on = std::this_thread::get_id();
         fence = f;
