@@ -1812,8 +1812,8 @@ def main():
                 problems.append(f"{sc}: fencegate exited with {fg.proc.returncode}")
 
         if args.etcd_cluster:
-            log("put_etcd: one fencegate on a three-member etcd cluster, "
-                "max_batch 40 against 1")
+            log("put_etcd: one fencegate on a three-member etcd cluster, " +
+                ("owning keys against not" if args.etcd_ownership else "max_batch 40 against 1"))
             out["results"]["put_etcd"] = measure_etcd_cluster(args, procs, work, backend_port,
                                                               concs, problems)
         if args.tree:
