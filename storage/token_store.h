@@ -21,7 +21,9 @@
 // on it: it enqueues the Advance of a write that waits for its key's turn
 // behind another write, and the store must judge the two in that order (an
 // engine answering in parallel would have to keep each key's calls in
-// order).
+// order). An engine whose replicas own keys (Forwardable) keeps the order
+// of the calls that share a key; a call that waits for another replica to
+// give its key up lets calls of other keys be decided meanwhile.
 
 #include <chrono>
 #include <cstddef>
