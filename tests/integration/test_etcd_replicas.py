@@ -19,9 +19,9 @@ import urllib.request
 from fg_helpers import ETCD_TIMERS, IO_TIMEOUT, assert_json_error, request, tokens_seen
 
 
-def replica(make_gate, etcd, name, ownership=None, endpoint=None, **gate):
+def replica(make_gate, etcd, name, ownership=None, endpoint=None, etcd_extra=None, **gate):
     etcd_section = {"endpoints": [endpoint or etcd.url], "prefix": "fencegate-test/",
-                    **ETCD_TIMERS}
+                    **ETCD_TIMERS, **(etcd_extra or {})}
     if ownership is not None:
         etcd_section["ownership"] = ownership
     return make_gate(name=name, storage={"engine": "etcd", "etcd": etcd_section}, **gate)
@@ -314,8 +314,9 @@ def test_a_paused_owner_does_not_forward_after_its_lease_ends(make_gate, backend
         a = replica(make_gate, etcd, "a", endpoint=f"http://127.0.0.1:{held.port}",
                     ownership={"name": "replica-a", "lease_ttl": "2s", "margin": "500ms"},
                     routes=FLAT)
-        b = replica(make_gate, etcd, "b", ownership={"name": "replica-b", "wait": "5s"},
-                    routes=FLAT)
+        # B waits for etcd to end A's lease: generous, on a slow machine.
+        b = replica(make_gate, etcd, "b", ownership={"name": "replica-b", "wait": "15s"},
+                    etcd_extra={"decision_timeout": "15s"}, routes=FLAT)
         assert a.put("/objects/p", token=4).status == 201
         answers = {}
         held.hold()
