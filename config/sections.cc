@@ -79,38 +79,43 @@ bool ReadFencing(YamlReader& r, const Field& f, FencingConfig* fencing) {
 
 bool ReadOwnership(YamlReader& r, const Field& f, OwnershipConfig* o) {
   o->line = f.line;
-  Field ttl_field = f;
-  Field margin_field = f;
-  Field wait_field = f;
+  // Lines, not Fields: a YAML::Node assigned to another writes into the
+  // document it refers to, under the map being read.
+  int ttl_line = 0;
+  int margin_line = 0;
   bool ok = r.Map(f, Keys{
       {"enabled", [&](const Field& e) { return r.Bool(e, &o->enabled); }},
       {"lease_ttl", [&](const Field& t) {
-         ttl_field = t;
-         return DurationInto(r, &o->lease_ttl)(t);
+         ttl_line = t.line;
+         if (!DurationInto(r, &o->lease_ttl)(t)) return false;
+         if (o->lease_ttl.count() % 1000 != 0 || o->lease_ttl < Duration(2000)) {
+           return r.Fail(t, "is not a whole number of seconds of at least 2 (etcd's leases "
+                            "count in seconds)", "a duration such as 5s");
+         }
+         return true;
        }},
       {"margin", [&](const Field& m) {
-         margin_field = m;
+         margin_line = m.line;
          return DurationInto(r, &o->margin)(m);
        }},
       {"release_after", DurationInto(r, &o->release_after)},
       {"wait", [&](const Field& w) {
-         wait_field = w;
          o->wait_set = true;
-         return DurationInto(r, &o->wait)(w);
+         if (!DurationInto(r, &o->wait)(w)) return false;
+         if (o->wait.count() <= 0) return r.Fail(w, "is not above 0", "a duration such as 3s");
+         return true;
        }},
       {"name", [&](const Field& n) { return r.NonEmptyString(n, "a replica's name", &o->name); }},
   });
   if (!ok) return false;
-  if (o->lease_ttl.count() % 1000 != 0 || o->lease_ttl < Duration(2000)) {
-    return r.Fail(ttl_field, "is not a whole number of seconds of at least 2 (etcd's leases "
-                             "count in seconds)", "a duration such as 5s");
-  }
   if (o->margin.count() <= 0 || o->margin * 2 >= o->lease_ttl) {
-    return r.Fail(margin_field, "is not above 0 and below half of lease_ttl",
-                  "a duration such as 1s with lease_ttl: 5s");
-  }
-  if (o->wait.count() <= 0) {
-    return r.Fail(wait_field, "is not above 0", "a duration such as 3s");
+    const bool margin_set = margin_line != 0;
+    return r.Fail(f.Child(f.node, margin_set ? "margin" : "lease_ttl",
+                          margin_set ? margin_line : ttl_line),
+                  "leaves the margin (" + std::to_string(o->margin.count()) +
+                      " ms) not above 0 and below half of lease_ttl (" +
+                      std::to_string(o->lease_ttl.count()) + " ms)",
+                  "a margin such as 1s with lease_ttl: 5s");
   }
   return true;
 }

@@ -226,6 +226,18 @@ TEST(LoadErrorsTest, EtcdCredentialsComeInPairsAndTheTimeoutHasAUnit) {
   }
   EXPECT_TRUE(FailsAt(WithUpstream("storage:\n  etcd:\n    username: \"\"\n"), 4,
                       "storage.etcd.username", "is empty"));
+  // storage.etcd.ownership: each error names its field, whatever the order.
+  const std::string own = "storage:\n  etcd:\n    ownership:\n";
+  EXPECT_TRUE(FailsAt(WithUpstream(own + "      lease_ttl: 2500ms\n"), 5,
+                      "storage.etcd.ownership.lease_ttl", "whole number of seconds"));
+  EXPECT_TRUE(FailsAt(WithUpstream(own + "      margin: 3s\n      lease_ttl: 5s\n"), 5,
+                      "storage.etcd.ownership.margin", "below half of lease_ttl"));
+  EXPECT_TRUE(FailsAt(WithUpstream(own + "      lease_ttl: 2s\n"), 5,
+                      "storage.etcd.ownership.lease_ttl", "below half of lease_ttl"));
+  EXPECT_TRUE(FailsAt(WithUpstream(own + "      wait: 0s\n"), 5,
+                      "storage.etcd.ownership.wait", "positive duration"));
+  EXPECT_TRUE(FailsAt(WithUpstream(own + "      wait: 6s\n"), 4, "storage.etcd.ownership",
+                      "longer than storage.etcd.decision_timeout"));
   Config c = testing::MustLoad(WithUpstream("storage:\n  etcd:\n    timeout: 500ms\n    username: fg\n"
                                    "    password_file: /run/secret\n"));
   EXPECT_EQ(c.storage.etcd.timeout, std::chrono::milliseconds(500));
