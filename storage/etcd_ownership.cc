@@ -27,6 +27,9 @@ namespace {
 // how often a replica that owns keys looks for replicas waiting for one.
 constexpr auto kRetryInterval = std::chrono::milliseconds(25);
 constexpr auto kWantPollInterval = std::chrono::milliseconds(25);
+// The most a call of the lane's own (keep-alive, wants, releases) may hold
+// it: the decisions queued behind it must not run out of time.
+constexpr auto kBackgroundCallTimeout = std::chrono::seconds(1);
 
 int64_t Nanos(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -45,6 +48,10 @@ std::string DefaultName() {
 }
 
 }  // namespace
+
+EtcdStore::Clock::duration EtcdStore::BackgroundTimeout() const {
+  return std::min<Clock::duration>(options_.decision_timeout, kBackgroundCallTimeout);
+}
 
 std::string EtcdStore::OwnerKeyOf(std::string_view key) const {
   std::string out = options_.prefix;
@@ -134,7 +141,7 @@ int64_t EtcdStore::EnsureLease(Status* status) {
 void EtcdStore::KeepAlive() {
   const Clock::time_point sent = Clock::now();
   // A keep-alive that comes later than the margin is no use.
-  call_deadline_ = sent + std::min<Clock::duration>(options_.decision_timeout, lease_ttl_ / 2);
+  call_deadline_ = sent + std::min<Clock::duration>(BackgroundTimeout(), lease_ttl_ / 2);
   json answer;
   const Status status = CallEtcd("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}},
                                  &answer, /*retry_if_unknown=*/true);
@@ -230,7 +237,7 @@ json EtcdStore::WantsRange() const {
 }
 
 void EtcdStore::PollWants() {
-  call_deadline_ = Clock::now() + options_.decision_timeout;
+  call_deadline_ = Clock::now() + BackgroundTimeout();
   json answer;
   const Status status = CallEtcd("/v3/kv/range", WantsRange(), &answer, true);
   SetHealth(status);
@@ -281,7 +288,7 @@ void EtcdStore::PublishWants() {
   for (const std::string& name : done) {
     ops.push_back({{"requestDeleteRange", {{"key", EtcdClient::Base64(WantKeyOf(name))}}}});
   }
-  call_deadline_ = Clock::now() + options_.decision_timeout;
+  call_deadline_ = Clock::now() + BackgroundTimeout();
   json answer;
   status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &answer, true);
   SetHealth(status);
@@ -339,7 +346,7 @@ void EtcdStore::ReleaseIdle(Clock::time_point now) {
                                        {"lease", lease}}})},
              {"success", json::array({{{"requestDeleteRange", {{"key", key64}}}}})}}}});
     }
-    call_deadline_ = Clock::now() + options_.decision_timeout;
+    call_deadline_ = Clock::now() + BackgroundTimeout();
     json answer;
     const Status status = CallEtcd("/v3/kv/txn", {{"success", ops}}, &answer, true);
     SetHealth(status);

@@ -225,6 +225,8 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   // Ownership (etcd_ownership.cc). Lane only, unless said.
   using Clock = std::chrono::steady_clock;
   std::string OwnerKeyOf(std::string_view key) const;
+  // The deadline of the lane's own calls, from when they start.
+  Clock::duration BackgroundTimeout() const;
   // Whether a key's writes are forwarded, and so owned: not fencegate's own
   // keys, which begin with a NUL byte (the lock service's counters under
   // "\0locks/", the tree's entry mark), whose writes go nowhere.
