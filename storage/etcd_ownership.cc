@@ -164,8 +164,12 @@ void EtcdStore::KeepAlive() {
 void EtcdStore::LeaseEnded() {
   // etcd ended the lease (this replica was cut off or paused longer than
   // its TTL): every key it owned may be another's by now.
-  live_lease_.store(0);
   counts_.lost.fetch_add(owned_.size(), std::memory_order_relaxed);
+  ForgetLease();
+}
+
+void EtcdStore::ForgetLease() {
+  live_lease_.store(0);
   owned_.clear();
   idle_names_.clear();
   my_wants_.clear();  // under the lease: gone with it
@@ -386,11 +390,7 @@ void EtcdStore::RevokeLease() {
   json answer;
   (void)CallEtcd("/v3/lease/revoke", {{"ID", std::to_string(lease_)}}, &answer, true);
   counts_.releases.fetch_add(owned_.size(), std::memory_order_relaxed);
-  owned_.clear();
-  idle_names_.clear();
-  my_wants_.clear();  // under the lease: gone with it
-  counts_.keys_owned.store(0, std::memory_order_relaxed);
-  lease_ = 0;
+  ForgetLease();
 }
 
 void EtcdStore::OwnerNamesOf(const Call& call, std::vector<std::string>* owned,

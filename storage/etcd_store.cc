@@ -272,7 +272,9 @@ void EtcdStore::Lane() {
         // (counted, not spelt: this runs under the queue's lock).
         const size_t owners =
             options_.ownership.enabled ? next->write.keys.size() + next->write.targets.size() : 0;
-        if (!batch.empty() && read.size() + owned_reads + more.size() + owners > kMaxTreeReads) {
+        // Ownership's reads add up to two ranges (first segments, wants).
+        const size_t most = kMaxTreeReads - (options_.ownership.enabled ? 2 : 0);
+        if (!batch.empty() && read.size() + owned_reads + more.size() + owners > most) {
           break;
         }
         owned_reads += owners;

@@ -253,6 +253,8 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void KeepAlive();
   // The lease is gone: every key owned under it is lost.
   void LeaseEnded();
+  // Drops the lease and everything held under it (LeaseEnded, RevokeLease).
+  void ForgetLease();
   // After a failed call that owned keys: a lease etcd no longer knows ends.
   void NoteFailure(const Status& status);
   void ReleaseIdle(Clock::time_point now);
