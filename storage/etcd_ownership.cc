@@ -109,6 +109,19 @@ void EtcdStore::Disown(std::string_view key) {
 }
 
 int64_t EtcdStore::EnsureLease(Status* status) {
+  if (lease_ != 0 && LeaseShort()) {
+    // The keep-alives failed for a while (etcd down or unreachable): by this
+    // replica's clock the lease is over or nearly, and a write decided under
+    // it could not be forwarded. Renew it first, within the decision's
+    // deadline; if etcd ended it meanwhile, a new one is taken below.
+    const Deadline decision = call_deadline_;
+    KeepAlive(decision > Clock::now() ? decision : Deadline::max());
+    call_deadline_ = decision;
+    if (lease_ != 0 && LeaseShort()) {
+      *status = Status::Unavailable("etcd did not renew this replica's lease");
+      return 0;
+    }
+  }
   if (lease_ != 0) return lease_;
   if (owner_name64_.empty()) {
     owner_name64_ = EtcdClient::Base64(options_.ownership.name.empty() ? DefaultName()
@@ -138,10 +151,18 @@ int64_t EtcdStore::EnsureLease(Status* status) {
   return id;
 }
 
-void EtcdStore::KeepAlive() {
+bool EtcdStore::LeaseShort() const {
+  // Kept alive every quarter of its TTL, a lease has three quarters left at
+  // worst; less than a quarter beyond the margin means renewals failed.
+  return Clock::now() + options_.ownership.margin + lease_ttl_ / 4 >=
+         Clock::time_point(std::chrono::nanoseconds(live_until_ns_.load()));
+}
+
+void EtcdStore::KeepAlive(Deadline cap) {
   const Clock::time_point sent = Clock::now();
   // A keep-alive that comes later than the margin is no use.
-  call_deadline_ = sent + std::min<Clock::duration>(BackgroundTimeout(), lease_ttl_ / 2);
+  call_deadline_ =
+      std::min(cap, sent + std::min<Clock::duration>(BackgroundTimeout(), lease_ttl_ / 2));
   json answer;
   const Status status = CallEtcd("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}},
                                  &answer, /*retry_if_unknown=*/true);
@@ -376,7 +397,7 @@ void EtcdStore::ReleaseIdle(Clock::time_point now) {
 
 void EtcdStore::Maintain() {
   Clock::time_point now = Clock::now();
-  if (lease_ != 0 && now >= next_keepalive_) KeepAlive();
+  if (lease_ != 0 && now >= next_keepalive_) KeepAlive(Deadline::max());
   if (!new_wants_.empty() || !my_wants_.empty()) PublishWants();
   if (WantsDue()) PollWants();
   ReleaseIdle(Clock::now());

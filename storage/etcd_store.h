@@ -250,7 +250,11 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void TakeWants(const nlohmann::json& answer);
   void PollWants();
   void PublishWants();
-  void KeepAlive();
+  // Renews the lease, within cap and a background call's time.
+  void KeepAlive(Deadline cap);
+  // True when the lease has less than a quarter of its TTL beyond the margin
+  // left by this replica's clock: its keep-alives have been failing.
+  bool LeaseShort() const;
   // The lease is gone: every key owned under it is lost.
   void LeaseEnded();
   // Drops the lease and everything held under it (LeaseEnded, RevokeLease).

@@ -161,7 +161,11 @@ class HeldAnswers:
                 client, _ = self.listener.accept()
             except OSError:
                 return  # closed
-            upstream = socket.create_connection(self.target)
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:  # etcd is down: the replica sees its connection close
+                client.close()
+                continue
             self.socks += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, self.passing),

@@ -33,14 +33,18 @@ struct Decided {
 
 class Transport : public EtcdTransport {
  public:
-  explicit Transport(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
+  explicit Transport(std::unique_ptr<EtcdClient> client,
+                     std::shared_ptr<std::atomic<bool>> cut = nullptr)
+      : client_(std::move(client)), cut_(std::move(cut)) {}
   Status Call(std::string_view path, const nlohmann::json& request, nlohmann::json* response,
               bool retry_if_unknown, Deadline deadline) override {
+    if (cut_ && cut_->load()) return Status::Unavailable("cut off from etcd");
     return client_->Call(path, request, response, retry_if_unknown, nullptr, deadline);
   }
 
  private:
   std::unique_ptr<EtcdClient> client_;
+  std::shared_ptr<std::atomic<bool>> cut_;  // set: every call fails, as with etcd down
 };
 
 class EtcdOwnershipTest : public ::testing::Test {
@@ -73,7 +77,8 @@ class EtcdOwnershipTest : public ::testing::Test {
   std::unique_ptr<EtcdStore> Open(const std::string& name,
                                   std::chrono::milliseconds wait = std::chrono::seconds(20),
                                   std::chrono::milliseconds release_after =
-                                      std::chrono::milliseconds(50)) {
+                                      std::chrono::milliseconds(50),
+                                  std::shared_ptr<std::atomic<bool>> cut = nullptr) {
     EtcdStoreOptions options;
     options.prefix = prefix_;
     options.decision_timeout = std::chrono::seconds(30);
@@ -82,7 +87,8 @@ class EtcdOwnershipTest : public ::testing::Test {
     options.ownership.release_after = release_after;
     options.ownership.wait = wait;
     options.ownership.name = name;
-    return std::make_unique<EtcdStore>(std::make_unique<Transport>(Client()), options);
+    return std::make_unique<EtcdStore>(std::make_unique<Transport>(Client(), std::move(cut)),
+                                       options);
   }
 
   static std::future<Decided> Advance(TokenStore& store, const std::string& key, uint64_t token,
@@ -292,6 +298,27 @@ TEST_F(EtcdOwnershipTest, AnEndedLeaseIsNeverForwardedAgain) {
   EXPECT_TRUE(again.fence.accepted);
   EXPECT_NE(again.fence.owner, owned.fence.owner);
   EXPECT_TRUE(a->Forwardable(again.fence.owner));
+}
+
+// A replica cut off from etcd long enough for its lease to lapse by its own
+// clock renews the lease (or takes a new one, if etcd ended it) before it
+// decides the first write after etcd is back: that write is forwardable,
+// not decided under a lease it may no longer forward with.
+TEST_F(EtcdOwnershipTest, AWriteAfterEtcdComesBackIsDecidedUnderARenewedLease) {
+  auto cut = std::make_shared<std::atomic<bool>>(false);
+  auto a = Open("replica-a", std::chrono::seconds(20), std::chrono::seconds(30), cut);
+  auto first = Advance(*a, "/objects/k", 1);
+  Decided owned = Get(first);
+  ASSERT_TRUE(owned.status.ok()) << owned.status.ToString();
+  ASSERT_TRUE(a->Forwardable(owned.fence.owner));
+  cut->store(true);
+  ASSERT_TRUE(Eventually([&] { return !a->Forwardable(owned.fence.owner); }));
+  cut->store(false);
+  auto next = Advance(*a, "/objects/k", 2);
+  Decided d = Get(next);
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_TRUE(d.fence.accepted);
+  EXPECT_TRUE(a->Forwardable(d.fence.owner));
 }
 
 // A write of several keys waits for each key another replica owns.
