@@ -110,10 +110,11 @@ void EtcdStore::Disown(std::string_view key) {
 
 int64_t EtcdStore::EnsureLease(Status* status) {
   if (lease_ != 0 && LeaseShort()) {
-    // The keep-alives failed for a while (etcd down or unreachable): by this
-    // replica's clock the lease is over or nearly, and a write decided under
-    // it could not be forwarded. Renew it first, within the decision's
-    // deadline; if etcd ended it meanwhile, a new one is taken below.
+    // The last keep-alive failed (etcd down or unreachable), or by this
+    // replica's clock the lease is within its margin of its end: a write
+    // decided under it could not be forwarded. Renew it first, within the
+    // decision's deadline; if etcd ended it meanwhile, a new one is taken
+    // below.
     const Deadline decision = call_deadline_;
     KeepAlive(decision > Clock::now() ? decision : Deadline::max());
     call_deadline_ = decision;
@@ -143,6 +144,7 @@ int64_t EtcdStore::EnsureLease(Status* status) {
     return 0;
   }
   lease_ = id;
+  keepalive_ok_ = true;
   lease_ttl_ = std::chrono::seconds(ttl);
   lease_sent_ = sent;
   next_keepalive_ = sent + lease_ttl_ / 4;
@@ -152,10 +154,8 @@ int64_t EtcdStore::EnsureLease(Status* status) {
 }
 
 bool EtcdStore::LeaseShort() const {
-  // Kept alive every quarter of its TTL, a lease has three quarters left at
-  // worst; less than a quarter beyond the margin means renewals failed.
-  return Clock::now() + options_.ownership.margin + lease_ttl_ / 4 >=
-         Clock::time_point(std::chrono::nanoseconds(live_until_ns_.load()));
+  return !keepalive_ok_ || Clock::now() + options_.ownership.margin >=
+                               Clock::time_point(std::chrono::nanoseconds(live_until_ns_.load()));
 }
 
 void EtcdStore::KeepAlive(Deadline cap) {
@@ -167,6 +167,7 @@ void EtcdStore::KeepAlive(Deadline cap) {
   const Status status = CallEtcd("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}},
                                  &answer, /*retry_if_unknown=*/true);
   SetHealth(status);
+  keepalive_ok_ = status.ok();
   if (!status.ok()) {
     next_keepalive_ = Clock::now() + lease_ttl_ / 16;  // soon again
     return;

@@ -252,8 +252,8 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void PublishWants();
   // Renews the lease, within cap and a background call's time.
   void KeepAlive(Deadline cap);
-  // True when the lease has less than a quarter of its TTL beyond the margin
-  // left by this replica's clock: its keep-alives have been failing.
+  // True when the last keep-alive failed, or the lease has no more than its
+  // margin left by this replica's clock: renew before deciding under it.
   bool LeaseShort() const;
   // The lease is gone: every key owned under it is lost.
   void LeaseEnded();
@@ -295,6 +295,7 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   int64_t lease_ = 0;                     // lane only; 0 = none
   Clock::time_point lease_sent_{};        // lane only
   Clock::duration lease_ttl_{};           // lane only: as etcd granted it
+  bool keepalive_ok_ = true;              // lane only: the last keep-alive succeeded
   Clock::time_point next_keepalive_{};    // lane only
   std::atomic<int64_t> live_lease_{0};    // any thread: the lease, while live
   std::atomic<int64_t> live_until_ns_{0}; // any thread: steady ns it lasts to, at least
