@@ -321,6 +321,7 @@ bool RocksDbStore::Decide(std::span<WriteRequest> batch, bool from_caller,
     } else {
       write_errors_.fetch_add(1, std::memory_order_relaxed);
       free_space_->Forget();  // the disk may be why: ask it before the next write
+      db_failed_ = true;
       failed = FromRocks(s, "token store write failed");
       lane_.failed = true;
       node_cache_.clear();

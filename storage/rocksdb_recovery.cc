@@ -184,6 +184,7 @@ Status RocksDbStore::Open(const RocksDbStoreOptions& options,
   }
   std::shared_ptr<rocksdb::FileSystem> fs =
       (options.env != nullptr ? options.env : rocksdb::Env::Default())->GetFileSystem();
+  if (Status s = rocksdb_support::CheckRoomToOpen(options); !s.ok()) return s;
   std::unique_ptr<rocksdb::DB> db;
   if (Status s = rocksdb_support::OpenDb(options, &db); !s.ok()) return s;
   // Segments an earlier fencegate's async journal left: replayed into the
@@ -199,26 +200,30 @@ Status RocksDbStore::Open(const RocksDbStoreOptions& options,
 
 Status RocksDbStore::Recover(bool probe) {
   if (Status s = rocksdb_support::CheckFreeSpace(options_); !s.ok()) return s;
-  rocksdb::Status resumed = db_ ? db_->Resume() : rocksdb::Status::Aborted();
-  if (!resumed.ok()) {
-    // Not resumable (a fatal error such as EIO on the WAL), or the database
-    // is already gone: reopen it, which replays the WAL. Not before the disk
-    // takes writes again, so that reads keep working meanwhile.
+  if (db_failed_ || db_ == nullptr) {
+    // Not before the disk takes writes again, so that reads keep working
+    // on the open database meanwhile. The reopen replays the WAL: every
+    // write that was acknowledged is there.
+    if (Status s = rocksdb_support::CheckRoomToOpen(options_); !s.ok()) return s;
     if (Status s = rocksdb_support::ProbeDisk(options_); !s.ok()) return s;
     std::unique_lock<std::shared_mutex> lock(db_mu_);
     if (db_ != nullptr) {
       rocksdb::Status closed = db_->Close();
-      (void)closed;  // a broken database may not close cleanly; free it
+      (void)closed;  // a database that saw an error may not close cleanly; free it
       db_.reset();
     }
     std::unique_ptr<rocksdb::DB> db;
     if (Status s = rocksdb_support::OpenDb(options_, &db); !s.ok()) return s;
     db_ = std::move(db);
+    db_failed_ = false;
     reopens_.fetch_add(1, std::memory_order_relaxed);
   }
   if (!probe) return Status::Ok();
-  // Proves the disk writes again.
-  return FromRocks(SyncWal(db_.get()), "token store write failed");
+  // Proves the disk writes again. A failure here is RocksDB's (a flush
+  // that failed in the background fails every write after it): reopen.
+  rocksdb::Status synced = SyncWal(db_.get());
+  if (!synced.ok()) db_failed_ = true;
+  return FromRocks(synced, "token store write failed");
 }
 
 }  // namespace fencegate::storage

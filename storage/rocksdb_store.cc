@@ -28,6 +28,13 @@ RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<r
                         options.durability == Durability::kAsync),
       free_space_(std::make_unique<rocksdb_support::FreeSpaceGuard>(options.path)),
       changes_(std::make_unique<rocksdb::WriteBatch>()) {
+  free_space_->SetPending([this] {  // on the lane, as every Check
+    uint64_t memtables = 0;
+    if (db_ != nullptr) {
+      (void)db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables);
+    }
+    return memtables;
+  });
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
   writer_id_ = writer_.get_id();

@@ -291,9 +291,14 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   // block cache or the write would stall. Otherwise true.
   bool Decide(std::span<WriteRequest> batch, bool from_caller,
               std::span<Outcome> outcomes);
-  // Writer thread, after a failed write: brings the database back to
-  // read-write (Resume, else reopen). With probe, confirms with an empty
-  // synced write. Ok when writes can be tried again.
+  // Writer thread, after a failed write: once the disk has room above the
+  // floor, brings the database back to read-write. A write that RocksDB
+  // itself failed is recovered by a reopen, never by DB::Resume: Resume
+  // keeps the WAL writer that saw the error, and Debian's librocksdb (its
+  // assert() live) aborts the process on that writer's next append or sync.
+  // A write the free-space check refused never reached RocksDB: nothing to
+  // reopen. With probe, confirms with an empty synced write. Ok when writes
+  // can be tried again.
   Status Recover(bool probe);
   // Reads key from the database: ok with *present/*value, or an error.
   // cache_only: Busy instead of reading a file. on_lane: the caller holds
@@ -337,6 +342,9 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
 
   // The free-space check before each write; used only by the lane's holder.
   std::unique_ptr<rocksdb_support::FreeSpaceGuard> free_space_;
+  // A RocksDB write failed (not only the free-space check): the database
+  // is reopened before the next write (Recover); lane only.
+  bool db_failed_ = false;
   // Bytes written to the WAL since the last memtable switch; lane only.
   uint64_t wal_bytes_ = 0;
   // The batch Decide fills, kept between batches so that its buffer is

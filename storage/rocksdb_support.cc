@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <system_error>
 #include <utility>
 
@@ -53,11 +54,10 @@ Status FromRocks(const rocksdb::Status& s, const std::string& context) {
 
 namespace {
 
-Status NoSpaceLeft(uint64_t available, const std::string& path) {
+Status NoSpaceLeft(uint64_t available, const std::string& path, uint64_t needed = kMinFreeBytes) {
   return Status::IoError(
       "no space left for the token store: " + std::to_string(available) +
-      " bytes free on the file system of " + path + ", at least " +
-      std::to_string(kMinFreeBytes) +
+      " bytes free on the file system of " + path + ", at least " + std::to_string(needed) +
       " needed; free space there (fencegate recovers by itself)");
 }
 
@@ -83,6 +83,33 @@ Status CheckFreeSpace(const RocksDbStoreOptions& options) {
   return Status::Ok();
 }
 
+Status CheckRoomToOpen(const RocksDbStoreOptions& options) {
+  namespace fs = std::filesystem;
+  uint64_t replayed = 0;  // what opening writes out again
+  std::error_code ec;
+  for (fs::directory_iterator it(options.path, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& name = it->path();
+    if (name.extension() != ".log" && name.extension() != ".journal") continue;
+    std::error_code size_ec;
+    const uintmax_t size = it->file_size(size_ec);
+    if (!size_ec) replayed += size;
+  }
+  // A directory that cannot be listed is reported by the open itself.
+  uint64_t available = 0;
+  if (Status s = FreeSpaceGuard::StatFreeBytes(options.path, &available); !s.ok()) {
+    // Not made yet: the open makes it (or says why it cannot).
+    return Status::Ok();
+  }
+  const uint64_t needed = kMinFreeBytes + replayed;
+  if (available >= needed) return Status::Ok();
+  return Status::IoError(
+      "no space left to open the token store: " + std::to_string(available) +
+      " bytes free on the file system of " + options.path + ", at least " +
+      std::to_string(needed) + " needed (" + std::to_string(kMinFreeBytes) +
+      " to keep free, and " + std::to_string(replayed) +
+      " of write-ahead log that opening writes out); free space there and start again");
+}
+
 FreeSpaceGuard::FreeSpaceGuard(std::string path, FreeBytesFn free_bytes)
     : path_(std::move(path)), free_bytes_(std::move(free_bytes)) {
   if (!free_bytes_) {
@@ -100,8 +127,9 @@ Status FreeSpaceGuard::Check(uint64_t bytes, Clock::time_point now) {
   uint64_t available = 0;
   if (Status s = free_bytes_(&available); !s.ok()) return s;
   asked_at_ = now;
-  if (available < kMinFreeBytes) return NoSpaceLeft(available, path_);
-  const uint64_t above_floor = available - kMinFreeBytes;
+  const uint64_t floor = kMinFreeBytes + (pending_ ? pending_() : 0);
+  if (available < floor + bytes) return NoSpaceLeft(available, path_, floor + bytes);
+  const uint64_t above_floor = available - floor;
   if (above_floor > kHeadroom + bytes) room_ = above_floor - kHeadroom - bytes;
   return Status::Ok();
 }

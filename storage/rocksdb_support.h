@@ -45,6 +45,11 @@ inline constexpr uint64_t kMinFreeBytes = 4 << 20;
 // Ok when the file system of options.path has at least kMinFreeBytes
 // available; IoError saying how much is free and what to do otherwise.
 Status CheckFreeSpace(const RocksDbStoreOptions& options);
+// Before the database is opened: opening writes the WALs (and an earlier
+// fencegate's journal) out as table files, so the file system must have
+// kMinFreeBytes plus their size available. A database opened on a full
+// disk would fail inside RocksDB, where a failed write aborts the process.
+Status CheckRoomToOpen(const RocksDbStoreOptions& options);
 
 // The free-space check of every write, without a statvfs per write. After
 // asking the file system it lets writes through without asking again while
@@ -74,6 +79,11 @@ class FreeSpaceGuard {
   FreeSpaceGuard(const FreeSpaceGuard&) = delete;
   FreeSpaceGuard& operator=(const FreeSpaceGuard&) = delete;
 
+  // The bytes RocksDB may still write on its own before the next ask (its
+  // memtables, which a flush writes out): kept free above kMinFreeBytes, so
+  // that a flush after the last admitted write finds its room.
+  void SetPending(std::function<uint64_t()> pending) { pending_ = std::move(pending); }
+
   // Ok when a write of `bytes` may go ahead; IoError as CheckFreeSpace's.
   Status Check(uint64_t bytes) { return Check(bytes, Clock::now()); }
   Status Check(uint64_t bytes, Clock::time_point now);
@@ -85,6 +95,7 @@ class FreeSpaceGuard {
  private:
   const std::string path_;
   FreeBytesFn free_bytes_;
+  std::function<uint64_t()> pending_;
   Clock::time_point asked_at_{};
   uint64_t room_ = 0;  // bytes that may still be written without asking
   uint64_t asks_ = 0;

@@ -21,6 +21,8 @@ Behaviour:
 - ``X-Test-Seq: 1`` adds ``X-Backend-Seq: N``, the request's number in the
   log, to the answer, and ``X-Test-Response-Bytes: N`` answers a body of N
   bytes that begins with that number: a replay is told from a second run;
+  with ``X-Test-Incompressible: 1`` the rest of those bytes are random, so
+  that a store that compresses keeps them whole;
 - ``X-Test-Drop-Idle: 1`` answers normally (keep-alive) and then closes the
   connection without saying so, as a backend's idle timeout does;
 - ``X-Test-EOF-Body: 1`` answers without Content-Length, the body delimited
@@ -53,6 +55,7 @@ Behaviour:
 
 import argparse
 import json
+import os
 import socket
 import signal
 import ssl
@@ -246,7 +249,8 @@ class Handler(BaseHTTPRequestHandler):
             if size:
                 head = f"seq={seq};".encode()
                 n = int(size)
-                out = (head + b"x" * n)[:n] if n >= len(head) else head[:n]
+                fill = os.urandom(n) if self.headers.get("X-Test-Incompressible") else b"x" * n
+                out = (head + fill)[:n] if n >= len(head) else head[:n]
         if self.headers.get("X-Test-EOF-Body"):
             self.send_response(status)
             self.send_header("Content-Type", ctype)

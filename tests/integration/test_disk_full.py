@@ -7,18 +7,29 @@ acknowledged lost. A second test fills a larger tmpfs from far above the
 store's free-space floor, where the store does not ask the file system
 before every write (FreeSpaceGuard), and checks the next write is refused.
 
-Needs root (or CAP_SYS_ADMIN) to mount; skipped with the reason otherwise.
-The mount is always unmounted, after fencegate has stopped.
+The ext4 tests put the store on an ext4 file system on a loop device, as a
+real disk behaves (delayed allocation, preallocated WAL blocks, the root
+reserve), and let fencegate's own writes fill it: idempotency records of
+incompressible responses, so that RocksDB's compression does not hide them.
+RocksDB as Debian builds it keeps assert() live, and a write it retries on
+a file that already failed aborts the process: these tests fail with the
+abort, not with a 503, when the store touches RocksDB after a failed write.
+A start on a full disk must exit 1, saying what to do.
+
+Needs root (or CAP_SYS_ADMIN) to mount, and a loop device for ext4; skipped
+with the reason otherwise. The mount is always unmounted, after fencegate
+has stopped.
 """
 
 import errno
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
-from fg_helpers import IO_TIMEOUT, admin_key_path, assert_json_error, request
+from fg_helpers import START_TIMEOUT, IO_TIMEOUT, admin_key_path, assert_json_error, request
 
 FS_SIZE = "32m"     # room for RocksDB's preallocations (WAL: 1.1 x the 8 MiB memtable; MANIFEST: 4 MiB) and the 4 MiB floor
 KEY_PAD = "k" * 900  # long keys make each WAL record span pages sooner
@@ -40,6 +51,24 @@ def _mount_tmpfs(mnt, size):
         pytest.skip(f"mount -t tmpfs not permitted here: {r.stderr.strip()}")
 
 
+def _mount_ext4(mnt, size):
+    """An ext4 file system of `size` bytes on a loop device, mounted at mnt."""
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a loop device needs root; run the suite as root (CI does)")
+    if shutil.which("mkfs.ext4") is None:
+        pytest.skip("mkfs.ext4 is not installed (e2fsprogs)")
+    image = mnt.parent / f"{mnt.name}.img"
+    with open(image, "wb") as f:
+        f.truncate(size)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+    r = subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"mounting an ext4 image on a loop device is not permitted here: "
+                    f"{r.stderr.strip()}")
+
+
 def _umount(mnt):
     u = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
     assert u.returncode == 0, f"umount {mnt} failed: {u.stderr}"
@@ -47,13 +76,14 @@ def _umount(mnt):
 
 @pytest.fixture
 def mount_tmpfs(tmp_path):
-    """mount_tmpfs(name, size) -> a size-limited tmpfs under tmp_path,
+    """mount_tmpfs(name, size, kind="tmpfs") -> a size-limited tmpfs (or,
+    with kind="ext4", an ext4 loop device of size bytes) under tmp_path,
     unmounted after the test (after fencegate has stopped)."""
     mounted = []
 
-    def mount(name, size):
+    def mount(name, size, kind="tmpfs"):
         mnt = tmp_path / name
-        _mount_tmpfs(mnt, size)
+        (_mount_ext4 if kind == "ext4" else _mount_tmpfs)(mnt, size)
         mounted.append(mnt)
         return mnt
     try:
@@ -90,6 +120,17 @@ def fill(path):
                 if n < chunk:
                     break
     return written
+
+
+def fill_leaving(path, leave):
+    """Writes `path` until `leave` bytes are left available beside it."""
+    st = os.statvfs(path.parent)
+    n = max(0, st.f_bavail * st.f_frsize - leave)
+    with open(path, "wb") as f:
+        while n > 0:
+            chunk = min(n, 1 << 20)
+            f.write(b"\0" * chunk)
+            n -= chunk
 
 
 def readyz(gate):
@@ -205,4 +246,45 @@ def test_a_disk_filled_far_from_the_floor_is_seen_within_the_recheck_interval(
     wait_ready(gate)
     r = gate.put("/objects/roomy-after-fill", 100, body=b"after")
     assert 200 <= r.status < 300, r
+    assert gate.stop() == 0
+
+
+# Small: the records fill it within a few hundred writes, and three cycles'
+# WAL and table files share it.
+EXT4_SIZE = 48 << 20
+PAY = {"name": "pay", "path_prefix": "/pay/", "mode": "off",
+       "idempotency": {"window": "1h", "max_response_bytes": "1MiB"}}
+RECORD_BYTES = 100_000  # each response kept whole in its record
+
+
+def pay(gate, key):
+    """An idempotent POST whose record keeps an incompressible response."""
+    return request(gate.proxy, "POST", f"/pay/{key}",
+                   [("Idempotency-Key", key), ("X-Test-Seq", "1"),
+                    ("X-Test-Incompressible", "1"), ("X-Test-Response-Bytes", str(RECORD_BYTES))],
+                   b"x")
+
+
+@pytest.fixture
+def ext4(mount_tmpfs):
+    return mount_tmpfs("ext4", EXT4_SIZE, kind="ext4")
+
+
+def test_a_start_on_a_full_ext4_disk_exits_1_saying_what_to_do(ext4, make_gate, backend):
+    data = ext4 / "data"
+    gate = make_gate(name="ext4", data_dir=data, routes=[PAY],
+                     storage={"engine": "rocksdb", "path": str(data), "durability": "sync"})
+    assert pay(gate, "before").status == 200
+    gate.proc.kill()  # the WAL is left to replay at the next start
+    gate.proc.wait()
+    fill(ext4 / "filler")
+    started = subprocess.run([gate.binary, "--config", gate.config_path], capture_output=True,
+                             text=True, timeout=START_TIMEOUT)
+    assert started.returncode == 1, (started.returncode, started.stderr[-2000:])
+    assert "no space left to open the token store" in started.stderr, started.stderr[-2000:]
+    assert "free space there and start again" in started.stderr
+    os.unlink(ext4 / "filler")
+    gate.start()
+    again = pay(gate, "before")
+    assert again.header("Idempotent-Replayed") == "true", again
     assert gate.stop() == 0
