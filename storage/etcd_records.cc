@@ -63,6 +63,17 @@ void EtcdStore::ReleaseKey(std::string key, uint64_t owner, ChangeHandler handle
   Enqueue(std::move(call));
 }
 
+void EtcdStore::RenewKey(std::string key, uint64_t owner, int64_t expires_ms, int64_t now_ms,
+                         ChangeHandler handler) {
+  if (Status s = CheckRecordKey(key); !s.ok()) return handler(s, false);
+  Record call = NewRecord(Record::Kind::kRenew, std::move(key));
+  call.owner = owner;
+  call.record.expires_ms = expires_ms;  // the lease the renewed record is put under
+  call.now_ms = now_ms;
+  call.change = std::move(handler);
+  Enqueue(std::move(call));
+}
+
 void EtcdStore::LookupKey(std::string key, int64_t now_ms, LookupHandler handler) {
   if (Status s = CheckRecordKey(key); !s.ok()) return handler(s, std::nullopt);
   Record call = NewRecord(Record::Kind::kLookup, std::move(key));
@@ -133,6 +144,13 @@ void EtcdStore::RunRecord(Record& call) {
       case Record::Kind::kRelease:
         status = DecideRelease(stored, call.owner, &change);
         break;
+      case Record::Kind::kRenew:
+        status = DecideRenew(stored, call.owner, call.record.expires_ms, &change);
+        // The lease must outlast the record as renewed (never shortened).
+        if (status.ok() && change.put) {
+          (void)PeekIdempotencyExpiry(*change.put, &call.record.expires_ms);
+        }
+        break;
     }
     if (!status.ok()) break;
     if (!change.apply) {
@@ -182,6 +200,7 @@ void EtcdStore::RunRecord(Record& call) {
       return call.reserve(status, std::move(reservation));
     case Record::Kind::kFinish:
     case Record::Kind::kRelease:
+    case Record::Kind::kRenew:
       return call.change(status, status.ok() && applied);
     case Record::Kind::kLookup:
       return call.lookup(status, status.ok() ? std::move(found) : std::nullopt);

@@ -131,6 +131,8 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
   void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
                  ChangeHandler handler) override;
   void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void RenewKey(std::string key, uint64_t owner, int64_t expires_ms, int64_t now_ms,
+                ChangeHandler handler) override;
   void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
   // The result of the last call to etcd (or of the lane's probe while
   // idle, every probe_interval): Unavailable while etcd does not answer.
@@ -168,11 +170,11 @@ class EtcdStore : public TokenStore, public IdempotencyStore {
     Deadline moving_until{};
   };
   struct Record {  // an idempotency record's call
-    enum class Kind { kReserve, kFinish, kRelease, kLookup } kind = Kind::kLookup;
+    enum class Kind { kReserve, kFinish, kRelease, kRenew, kLookup } kind = Kind::kLookup;
     std::string key;
     IdempotencyRecord record;  // kReserve, kFinish
     int64_t now_ms = 0;        // kFinish, kLookup (kReserve: record.created_ms)
-    uint64_t owner = 0;        // kRelease
+    uint64_t owner = 0;        // kRelease, kRenew
     ReserveHandler reserve;
     ChangeHandler change;
     LookupHandler lookup;

@@ -213,6 +213,13 @@ void FaultInjectingStore::ReleaseKey(std::string key, uint64_t owner, ChangeHand
   });
 }
 
+void FaultInjectingStore::RenewKey(std::string key, uint64_t owner, int64_t expires_ms,
+                                   int64_t now_ms, ChangeHandler handler) {
+  impl_->Records(true, std::move(handler), false, [&](IdempotencyStore& base, ChangeHandler h) {
+    base.RenewKey(std::move(key), owner, expires_ms, now_ms, std::move(h));
+  });
+}
+
 void FaultInjectingStore::LookupKey(std::string key, int64_t now_ms, LookupHandler handler) {
   impl_->Records(false, std::move(handler), std::optional<IdempotencyRecord>{},
                  [&](IdempotencyStore& base, LookupHandler h) {

@@ -49,7 +49,7 @@ class FaultInjectingStore : public TokenStore, public IdempotencyStore {
   // the base. Delay as for Advance.
   void Get(std::string key, GetHandler handler) override;
   // This wrapper, over the base's idempotency records, when the base keeps
-  // them (else nullptr). ReserveKey, FinishKey and ReleaseKey fail as
+  // them (else nullptr). ReserveKey, FinishKey, ReleaseKey and RenewKey fail as
   // writes do (fail_writes: IoError, nothing stored), LookupKey as reads
   // (fail_reads); every completion is delayed by `delay`.
   IdempotencyStore* Idempotency() override;
@@ -58,6 +58,8 @@ class FaultInjectingStore : public TokenStore, public IdempotencyStore {
   void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
                  ChangeHandler handler) override;
   void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void RenewKey(std::string key, uint64_t owner, int64_t expires_ms, int64_t now_ms,
+                ChangeHandler handler) override;
   void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
   // IoError("injected fault") while fail_writes or fail_reads is set (a delay
   // alone is not a fault); otherwise the base's Health().

@@ -1,5 +1,6 @@
 #include "storage/idempotency_store.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -79,6 +80,19 @@ Status DecideRelease(const std::optional<std::string>& stored, uint64_t owner,
   if (!s.ok()) return s;
   *change = {};
   if (rec && rec->state == State::kReserved && rec->owner == owner) change->apply = true;
+  return Status::Ok();
+}
+
+Status DecideRenew(const std::optional<std::string>& stored, uint64_t owner, int64_t expires_ms,
+                   RecordDecision* change) {
+  std::optional<IdempotencyRecord> rec;
+  Status s = Stored(stored, &rec);
+  if (!s.ok()) return s;
+  *change = {};
+  if (!rec || rec->state != State::kReserved || rec->owner != owner) return Status::Ok();
+  change->apply = true;  // applied even when already as late: the owner still holds it
+  rec->expires_ms = std::max(rec->expires_ms, expires_ms);
+  change->put = EncodeIdempotencyRecord(*rec);
   return Status::Ok();
 }
 

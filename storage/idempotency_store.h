@@ -75,6 +75,13 @@ class IdempotencyStore {
   // record is a reservation with this owner.
   virtual void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) = 0;
 
+  // Extends the caller's reservation to expires_ms (never shortens it), so
+  // that a request that lives longer than in_flight_timeout keeps its key.
+  // Applied only while the stored record is a reservation with this owner,
+  // live or not (nobody took it meanwhile). now_ms: the caller's clock.
+  virtual void RenewKey(std::string key, uint64_t owner, int64_t expires_ms, int64_t now_ms,
+                        ChangeHandler handler) = 0;
+
   // The live record under key at now_ms, or nullopt.
   virtual void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) = 0;
 };
@@ -106,6 +113,8 @@ Status DecideFinish(const std::optional<std::string>& stored, const IdempotencyR
                     int64_t now_ms, RecordDecision* change);
 Status DecideRelease(const std::optional<std::string>& stored, uint64_t owner,
                      RecordDecision* change);
+Status DecideRenew(const std::optional<std::string>& stored, uint64_t owner, int64_t expires_ms,
+                   RecordDecision* change);
 Status DecideLookup(const std::optional<std::string>& stored, int64_t now_ms,
                     std::optional<IdempotencyRecord>* answer);
 

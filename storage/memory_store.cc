@@ -317,6 +317,23 @@ void MemoryStore::ReleaseKey(std::string key, uint64_t owner, ChangeHandler hand
   });
 }
 
+void MemoryStore::RenewKey(std::string key, uint64_t owner, int64_t expires_ms,
+                           int64_t /*now_ms*/, ChangeHandler handler) {
+  Status s = CheckRecordKey(key);
+  if (!s.ok()) return handler(s, false);
+  Run([this, key = std::move(key), owner, expires_ms, handler = std::move(handler)](bool closed) {
+    if (closed) return handler(Closed(), false);
+    RecordDecision change;
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(map_mu_);
+      st = DecideRenew(StoredRecord(key), owner, expires_ms, &change);
+      if (st.ok()) Apply(key, change);
+    }
+    handler(st, st.ok() && change.apply);
+  });
+}
+
 void MemoryStore::LookupKey(std::string key, int64_t now_ms, LookupHandler handler) {
   Status s = CheckRecordKey(key);
   if (!s.ok()) return handler(s, std::nullopt);

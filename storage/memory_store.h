@@ -77,6 +77,8 @@ class MemoryStore : public TokenStore, public IdempotencyStore {
   void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
                  ChangeHandler handler) override;
   void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void RenewKey(std::string key, uint64_t owner, int64_t expires_ms, int64_t now_ms,
+                ChangeHandler handler) override;
   void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
   // Removes the records that are not live at now_ms; returns how many. On
   // the caller's thread, at once.

@@ -77,6 +77,18 @@ void RocksDbStore::ReleaseKey(std::string key, uint64_t owner, ChangeHandler han
   SubmitRecord(key, std::move(r));
 }
 
+void RocksDbStore::RenewKey(std::string key, uint64_t owner, int64_t expires_ms,
+                            int64_t /*now_ms*/, ChangeHandler handler) {
+  Status s = CheckRecordKey(key);
+  if (!s.ok()) return handler(s, false);
+  auto r = std::make_unique<RecordRequest>();
+  r->kind = RecordRequest::Kind::kRenew;
+  r->owner = owner;
+  r->record.expires_ms = expires_ms;
+  r->change_handler = std::move(handler);
+  SubmitRecord(key, std::move(r));
+}
+
 void RocksDbStore::LookupKey(std::string key, int64_t now_ms, LookupHandler handler) {
   Status s = CheckRecordKey(key);
   if (!s.ok()) return handler(s, std::nullopt);
@@ -133,6 +145,9 @@ Status RocksDbStore::DecideRecord(WriteRequest& r, bool from_caller, RecordsSeen
       break;
     case RecordRequest::Kind::kRelease:
       s = DecideRelease(stored, req.owner, &change);
+      break;
+    case RecordRequest::Kind::kRenew:
+      s = DecideRenew(stored, req.owner, req.record.expires_ms, &change);
       break;
   }
   if (!s.ok()) {  // a damaged record: never overwritten

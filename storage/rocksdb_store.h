@@ -163,6 +163,8 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   void FinishKey(std::string key, IdempotencyRecord finished, int64_t now_ms,
                  ChangeHandler handler) override;
   void ReleaseKey(std::string key, uint64_t owner, ChangeHandler handler) override;
+  void RenewKey(std::string key, uint64_t owner, int64_t expires_ms, int64_t now_ms,
+                ChangeHandler handler) override;
   void LookupKey(std::string key, int64_t now_ms, LookupHandler handler) override;
 
   // Ok while open and the last DB::Write succeeded; the write error after a

@@ -36,17 +36,17 @@ struct TreeRequest {
 // A change to an idempotency record (idempotency_store.h): the request's
 // key is the record's stored key (kRecordKeyPrefix and the caller's key).
 struct RecordRequest {
-  enum class Kind { kReserve, kFinish, kRelease };
+  enum class Kind { kReserve, kFinish, kRelease, kRenew };
   Kind kind = Kind::kReserve;
   IdempotencyRecord record;  // kReserve: the reservation; kFinish: the result
   uint64_t owner = 0;        // kRelease
   int64_t now_ms = 0;        // kFinish
   IdempotencyStore::ReserveHandler reserve_handler;  // kReserve
-  IdempotencyStore::ChangeHandler change_handler;    // kFinish, kRelease
+  IdempotencyStore::ChangeHandler change_handler;    // kFinish, kRelease, kRenew
   // What deciding it found: here rather than in Outcome, so that the
   // tokens' outcomes stay small (a batch makes one per request).
   Reservation reservation;  // kReserve
-  bool applied = false;     // kFinish, kRelease
+  bool applied = false;     // kFinish, kRelease, kRenew
 };
 
 struct WriteRequest {

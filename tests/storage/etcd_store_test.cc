@@ -534,6 +534,24 @@ TEST_F(EtcdStoreTest, ReleaseIsTheOwnersAndAnAbandonedReservationRunsOut) {
   EXPECT_TRUE(taken.replaced_expired);
 }
 
+TEST_F(EtcdStoreTest, ARenewedReservationHoldsItsKeyAtEveryReplica) {
+  auto a = Open();
+  auto b = Open();
+  IdempotencyStore& ra = *a->Idempotency();
+  IdempotencyStore& rb = *b->Idempotency();
+  ASSERT_TRUE(ReserveSync(ra, "k", Reserved(1, kNow)).second.reserved);
+  std::promise<std::pair<Status, bool>> p;
+  ra.RenewKey("k", 1, kNow + 180'000, kNow + 50'000,
+              [&](const Status& st, bool applied) { p.set_value({st, applied}); });
+  auto [s, applied] = p.get_future().get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(applied);
+  auto [s2, held] = ReserveSync(rb, "k", Reserved(2, kNow + 120'000));
+  ASSERT_TRUE(s2.ok());
+  EXPECT_FALSE(held.reserved) << "renewed past its first in_flight_timeout";
+  EXPECT_TRUE(ReserveSync(rb, "k", Reserved(2, kNow + 180'000)).second.reserved);
+}
+
 TEST_F(EtcdStoreTest, ADamagedRecordIsCorruption) {
   auto store = Open();
   const std::string key = prefix_ + "i/damaged";

@@ -113,6 +113,12 @@ class IdempotencyStoreContract : public ::testing::TestWithParam<Engine> {
                          [&](const Status& s, bool applied) { p.set_value({s, applied}); });
     return p.get_future().get();
   }
+  std::pair<Status, bool> Renew(const std::string& key, uint64_t owner, int64_t expires_ms) {
+    std::promise<std::pair<Status, bool>> p;
+    records_->RenewKey(key, owner, expires_ms, kNow,
+                       [&](const Status& s, bool applied) { p.set_value({s, applied}); });
+    return p.get_future().get();
+  }
   std::pair<Status, std::optional<IdempotencyRecord>> Lookup(const std::string& key,
                                                              int64_t now) {
     std::promise<std::pair<Status, std::optional<IdempotencyRecord>>> p;
@@ -185,6 +191,31 @@ TEST_P(IdempotencyStoreContract, AResultIsKeptEvenAfterItsReservationRanOut) {
   auto [s, applied] = Finish("k", Finished(1, kNow + kInFlight + 5), kNow + kInFlight + 5);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(applied) << "the request ran: a retry must replay it, not run it again";
+}
+
+TEST_P(IdempotencyStoreContract, ARenewedReservationOutlivesItsTimeout) {
+  ASSERT_TRUE(Reserve("k", Reserved(1)).second.reserved);
+  auto [s, applied] = Renew("k", 1, kNow + 3 * kInFlight);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(applied);
+  auto [rs, held] = Reserve("k", Reserved(2, kNow + 2 * kInFlight));
+  ASSERT_TRUE(rs.ok());
+  EXPECT_FALSE(held.reserved) << "the request still lives: its key is not taken";
+  ASSERT_TRUE(held.existing.has_value());
+  EXPECT_EQ(held.existing->owner, 1u);
+  EXPECT_TRUE(Reserve("k", Reserved(2, kNow + 3 * kInFlight)).second.reserved);
+}
+
+TEST_P(IdempotencyStoreContract, OnlyTheOwnerRenewsNeverShorterAndNeverAFinishedRecord) {
+  ASSERT_TRUE(Reserve("k", Reserved(1)).second.reserved);
+  EXPECT_FALSE(Renew("k", 2, kNow + 3 * kInFlight).second);
+  EXPECT_FALSE(Renew("other", 1, kNow + 3 * kInFlight).second);
+  EXPECT_TRUE(Renew("k", 1, kNow + 1).second);
+  EXPECT_FALSE(Reserve("k", Reserved(2, kNow + kInFlight - 1)).second.reserved)
+      << "a renewal never shortens a reservation";
+  ASSERT_TRUE(Finish("k", Finished(1), kNow + 5).second);
+  EXPECT_FALSE(Renew("k", 1, kNow + kWindow + 1).second);
+  EXPECT_EQ(Lookup("k", kNow + 5).second, Finished(1));
 }
 
 TEST_P(IdempotencyStoreContract, OnlyTheOwnerReleases) {
