@@ -40,6 +40,69 @@ uint64_t NewOwner() {
 constexpr std::chrono::milliseconds kFirstWaitStep{2};
 constexpr std::chrono::milliseconds kMaxWaitStep{100};
 
+// Storing a finished record is tried this many times, the next try after
+// kFinishStep times the tries so far, before the client is refused.
+constexpr int kFinishTries = 4;
+constexpr std::chrono::milliseconds kFinishStep{100};
+// A record the request could not store is tried again this often, in the
+// background, while the process lives.
+constexpr std::chrono::seconds kBackgroundStep{1};
+
+// A finished record that its request could not store: stored in the
+// background, every kBackgroundStep, until the store takes it (or a repeat
+// took the key over); the process holds the key meanwhile.
+class BackgroundFinish : public std::enable_shared_from_this<BackgroundFinish> {
+ public:
+  BackgroundFinish(asio::any_io_executor ex, storage::IdempotencyStore& store, HeldKeys& held,
+                   IdempotencyCounters& counters, std::string key, std::string client_key,
+                   IdempotencyRecord record)
+      : timer_(std::move(ex)), store_(store), held_(held), counters_(counters),
+        key_(std::move(key)), client_key_(std::move(client_key)), record_(std::move(record)) {}
+
+  void Wait() {
+    timer_.expires_after(kBackgroundStep);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->Try();
+    });
+  }
+
+ private:
+  void Try() {
+    store_.FinishKey(key_, record_, NowMsOf(), [self = shared_from_this()](const Status& s,
+                                                                        bool applied) {
+      asio::any_io_executor ex = self->timer_.get_executor();
+      asio::dispatch(ex, [self = std::move(self), s, applied] { self->OnAnswer(s, applied); });
+    });
+  }
+  void OnAnswer(const Status& s, bool applied) {
+    if (!s.ok()) {
+      counters_.store_errors.fetch_add(1, std::memory_order_relaxed);
+      return Wait();
+    }
+    held_.Drop(key_, record_.owner);
+    if (applied) {
+      spdlog::info("idempotency key {}: its response is stored now; repeats get it", client_key_);
+    } else {
+      spdlog::error("idempotency key {}: a repeat took the key over before its response could be "
+                    "stored; the key's record is the repeat's",
+                    client_key_);
+    }
+  }
+  static int64_t NowMsOf() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+
+  asio::steady_timer timer_;
+  storage::IdempotencyStore& store_;
+  HeldKeys& held_;
+  IdempotencyCounters& counters_;
+  const std::string key_;
+  const std::string client_key_;
+  const IdempotencyRecord record_;
+};
+
 }  // namespace
 
 // The store answers on its own thread. Its handler holds no reference to
@@ -61,11 +124,18 @@ auto IdempotencyGate::Answered(Fn fn) {
 
 storage::IdempotencyStore& IdempotencyGate::store() const { return *session_.ctx_.idempotency; }
 
+HeldKeys& IdempotencyGate::held() const { return session_.ctx_.held_keys; }
+
 const config::IdempotencyConfig& IdempotencyGate::config() const {
   return *session_.intent_.idempotency.config;
 }
 
 void IdempotencyGate::Reset() {
+  if (state_ == State::kRunning) Abandon();  // went upstream, no whole response
+  StopRenewing();
+  finished_.reset();
+  finish_tries_ = 0;
+  renew_warned_ = false;
   state_ = State::kOff;
   found_.reset();
   captured_ = {};
@@ -80,6 +150,78 @@ void IdempotencyGate::Reset() {
 void IdempotencyGate::Cancel() {
   closed_ = true;
   if (timer_) timer_->cancel();
+  // A reservation whose request went upstream stays (the session releases
+  // one that did not); a record being stored keeps being stored.
+  if (state_ == State::kRunning && session_.exchange_.request_started()) Abandon();
+  if (!finished_) StopRenewing();
+}
+
+void IdempotencyGate::Abandon() {
+  state_ = State::kSettled;
+  StopRenewing();
+  held().DropAt(key_, owner_, Clock::now() + in_flight_);
+  const int64_t now = NowMs();
+  auto* counters = &session_.ctx_.idempotency_counters;
+  store().RenewKey(key_, owner_, now + in_flight_.count(), now,
+                   [counters](const Status& s, bool) {
+                     if (!s.ok()) counters->store_errors.fetch_add(1, std::memory_order_relaxed);
+                   });
+}
+
+void IdempotencyGate::ScheduleRenewal() {
+  if (!renew_timer_) renew_timer_.emplace(session_.stream_.get_executor());
+  renew_timer_->expires_after(
+      std::max<std::chrono::milliseconds>(in_flight_ / 4, std::chrono::milliseconds(50)));
+  renew_timer_->async_wait(
+      [self = session_.shared_from_this(), owner = owner_](boost::system::error_code ec) {
+        if (!ec) self->idem_.Renew(owner);
+      });
+}
+
+void IdempotencyGate::StopRenewing() {
+  if (renew_timer_) renew_timer_->cancel();
+}
+
+void IdempotencyGate::Renew(uint64_t owner) {
+  if (owner != owner_ || !(state_ == State::kRunning || finished_)) return;
+  const int64_t now = NowMs();
+  std::weak_ptr<HttpSession> weak = session_.shared_from_this();
+  asio::any_io_executor ex = session_.stream_.get_executor();
+  store().RenewKey(key_, owner, now + in_flight_.count(), now,
+                   [weak = std::move(weak), ex, owner](const Status& s, bool applied) {
+                     asio::dispatch(ex, [weak, owner, s, applied] {
+                       if (auto self = weak.lock()) self->idem_.OnRenewed(owner, s, applied);
+                     });
+                   });
+  ScheduleRenewal();
+}
+
+void IdempotencyGate::OnRenewed(uint64_t owner, const Status& status, bool applied) {
+  if (owner != owner_ || renew_warned_) return;
+  if (!status.ok()) {
+    CountStoreError();
+    renew_warned_ = true;
+    spdlog::warn("idempotency key {}: renewing its reservation failed ({}); this process holds "
+                 "the key while the request lives, another replica may take it once "
+                 "in_flight_timeout passes without a renewal",
+                 client_key_, status.ToString());
+  } else if (!applied) {
+    renew_warned_ = true;
+    spdlog::error("idempotency key {}: its reservation was taken over while the request ran "
+                  "(not renewed within in_flight_timeout); its response will not be relayed",
+                  client_key_);
+  }
+}
+
+bool IdempotencyGate::HeldHere() {
+  std::optional<HeldKeys::Holder> holder = held().Holding(key_);
+  if (!holder) return false;
+  IdempotencyRecord running;
+  running.state = IdempotencyRecord::State::kReserved;
+  running.owner = holder->owner;
+  running.head_digest = std::move(holder->head_digest);
+  OnExisting(std::move(running));
+  return true;
 }
 
 void IdempotencyGate::Begin() {
@@ -99,6 +241,10 @@ void IdempotencyGate::Begin() {
 void IdempotencyGate::Reserve() {
   state_ = State::kReserving;
   owner_ = NewOwner();
+  key_ = session_.intent_.idempotency.record_key;
+  client_key_ = session_.intent_.idempotency.client_key;
+  in_flight_ = config().in_flight_timeout;
+  if (HeldHere()) return;
   created_ms_ = NowMs();
   IdempotencyRecord reservation;
   reservation.state = IdempotencyRecord::State::kReserved;
@@ -147,6 +293,8 @@ void IdempotencyGate::OnReserved(const Status& status, storage::Reservation rese
   auto& counters = session_.ctx_.idempotency_counters;
   if (reservation.reserved) {
     state_ = State::kRunning;
+    held().Hold(key_, owner_, head_digest_);
+    ScheduleRenewal();
     counters.executions.fetch_add(1, std::memory_order_relaxed);
     if (reservation.replaced_expired) counters.expirations.fetch_add(1, std::memory_order_relaxed);
     StartBodyDigest();
@@ -202,6 +350,7 @@ void IdempotencyGate::OnExisting(IdempotencyRecord record) {
 
 void IdempotencyGate::Poll() {
   state_ = State::kWaiting;
+  if (HeldHere()) return;
   store().LookupKey(session_.intent_.idempotency.record_key, NowMs(),
                     Answered([](IdempotencyGate& gate, const Status& s,
                                 std::optional<IdempotencyRecord> record) {
@@ -372,37 +521,90 @@ void IdempotencyGate::OnResponseComplete() {
   }
   finished.response = std::move(captured_);
   if (!finished.response.body_kept) finished.response.headers.clear();
+  finished_ = std::move(finished);
+  finish_tries_ = 0;
   store_pending_ = true;
-  store().FinishKey(idem.record_key, std::move(finished), now,
+  StoreFinished();
+}
+
+void IdempotencyGate::StoreFinished() {
+  ++finish_tries_;
+  store().FinishKey(key_, *finished_, NowMs(),
                     Answered([](IdempotencyGate& gate, const Status& s, bool applied) {
-                      const std::string& key = gate.session_.intent_.idempotency.client_key;
-                      if (!s.ok()) {
-                        gate.CountStoreError();
-                        spdlog::error("idempotency key {}: storing the response failed ({}); the "
-                                      "key stays reserved until its in_flight_timeout",
-                                      key, s.ToString());
-                      } else if (!applied) {
-                        spdlog::warn("idempotency key {}: the reservation ran out and was taken "
-                                     "before the response was stored",
-                                     key);
-                      }
-                      gate.AfterStore();
+                      gate.OnFinished(s, applied);
                     }));
+}
+
+void IdempotencyGate::OnFinished(const Status& status, bool applied) {
+  if (status.ok()) {
+    StopRenewing();
+    finished_.reset();
+    held().Drop(key_, owner_);
+    if (applied) return AfterStore();
+    spdlog::error("idempotency key {}: a repeat took the key over (this replica had not renewed "
+                  "its reservation within in_flight_timeout) before the response was stored; "
+                  "the response is not relayed",
+                  client_key_);
+    return Withhold("its reservation was taken over by a repeat before its response was "
+                    "stored (it was not renewed within in_flight_timeout), so the key's record "
+                    "is the repeat's; a repeat gets that one");
+  }
+  CountStoreError();
+  if (finish_tries_ < kFinishTries) {
+    if (!finish_timer_) finish_timer_.emplace(session_.stream_.get_executor());
+    finish_timer_->expires_after(kFinishStep * finish_tries_);
+    finish_timer_->async_wait([self = session_.shared_from_this()](boost::system::error_code) {
+      self->idem_.StoreFinished();
+    });
+    return;
+  }
+  spdlog::error("idempotency key {}: storing the response failed {} times ({}); it is not "
+                "relayed, it is stored in the background while fencegate runs, and the key stays "
+                "reserved until then",
+                client_key_, finish_tries_, status.ToString());
+  StopRenewing();
+  std::make_shared<BackgroundFinish>(session_.stream_.get_executor(), store(), held(),
+                                     session_.ctx_.idempotency_counters, key_, client_key_,
+                                     std::move(*finished_))
+      ->Wait();
+  finished_.reset();
+  Withhold("its idempotency record could not be stored (" + status.ToString() +
+           "); it is stored as soon as the store takes writes again, and until then a repeat "
+           "gets 409 idempotency_in_flight, then this response");
+}
+
+void IdempotencyGate::Withhold(const std::string& why) {
+  store_pending_ = false;
+  resume_ = nullptr;
+  finish_after_store_.reset();
+  if (closed_) return;
+  if (!session_.exchange_.response_started()) {
+    Reply reply = MakeError(http::status::service_unavailable, "store_unavailable",
+                            "the request ran at the backend, but " + why +
+                                ". Its response is not relayed",
+                            {{"key", client_key_}});
+    reply.set(http::field::retry_after, "1");
+    return session_.SendReply(std::move(reply), "store_unavailable");
+  }
+  // Part of the response went already: the client sees it cut short.
+  session_.record_.outcome = "store_unavailable";
+  session_.Close();
 }
 
 void IdempotencyGate::Release() {
   if (state_ != State::kRunning) return;
   state_ = State::kSettled;
+  StopRenewing();
+  held().Drop(key_, owner_);
   session_.ctx_.idempotency_counters.releases.fetch_add(1, std::memory_order_relaxed);
   store_pending_ = true;
-  store().ReleaseKey(session_.intent_.idempotency.record_key, owner_,
+  store().ReleaseKey(key_, owner_,
                      Answered([](IdempotencyGate& gate, const Status& s, bool) {
                        if (!s.ok()) {
                          gate.CountStoreError();
                          spdlog::error("idempotency key {}: releasing it failed ({}); it stays "
                                        "reserved until its in_flight_timeout",
-                                       gate.session_.intent_.idempotency.client_key,
-                                       s.ToString());
+                                       gate.client_key_, s.ToString());
                        }
                        gate.AfterStore();
                      }));

@@ -11,8 +11,17 @@
 // looked up again until it finishes (then replayed), goes (then reserved
 // again) or upstream.timeout passes (then 409). A reservation whose request
 // was never sent upstream, or whose body the client cut short, is released.
-// One that went upstream and got no whole response stays until its
-// in_flight_timeout: the backend may have run it.
+//
+// While the request lives (its body arrives, it waits in a key's queue, it
+// is at the backend, its response streams) the reservation is renewed every
+// quarter of in_flight_timeout, and the process holds the key (HeldKeys):
+// a repeat never runs beside it. One that went upstream and got no whole
+// response stays reserved for in_flight_timeout after that: the backend may
+// have run it. The response goes to the client only once its record is
+// stored; a record that cannot be stored after a few tries is kept and
+// stored in the background while the process lives (the key stays held),
+// and the client gets 503 store_unavailable instead of the response (or,
+// when part of it went already, a cut connection).
 //
 // Owned by its HttpSession (a member) and run on the session's thread only,
 // like UpstreamExchange; the store's answers come back to that thread, and
@@ -27,6 +36,7 @@
 #include <string>
 
 #include "fence/idempotency_key.h"
+#include "proxy/held_keys.h"
 #include "storage/idempotency_store.h"
 
 namespace fencegate::proxy {
@@ -82,6 +92,24 @@ class IdempotencyGate {
   using Clock = std::chrono::steady_clock;
 
   void Reserve();
+  // Another request of this process holds the key (HeldKeys): answered as
+  // a running reservation of the store would be.
+  bool HeldHere();
+  // The reservation's renewals, while the request lives.
+  void ScheduleRenewal();
+  void Renew(uint64_t owner);
+  void OnRenewed(uint64_t owner, const storage::Status& status, bool applied);
+  void StopRenewing();
+  // The request went upstream and ends without a whole response: the key
+  // stays reserved (and held) for in_flight_timeout from now.
+  void Abandon();
+  // Stores the finished record (finished_), tried again a few times.
+  void StoreFinished();
+  void OnFinished(const storage::Status& status, bool applied);
+  // The record is not stored: the response is not relayed.
+  void Withhold(const std::string& why);
+  std::chrono::milliseconds InFlightTimeout() const;
+  HeldKeys& held() const;
   void OnReserved(const storage::Status& status, storage::Reservation reservation);
   // A live record of another request is there.
   void OnExisting(storage::IdempotencyRecord record);
@@ -104,6 +132,12 @@ class IdempotencyGate {
   HttpSession& session_;
   State state_ = State::kOff;
   uint64_t owner_ = 0;
+  // The reservation's record key, client key and in_flight_timeout, kept
+  // from Reserve: the request's intent is gone when an unknown outcome is
+  // settled (Reset) or a store answer comes back.
+  std::string key_;
+  std::string client_key_;
+  std::chrono::milliseconds in_flight_{0};
   int64_t created_ms_ = 0;
   std::string head_digest_;
   // The body's digest, made on first use (most connections never need
@@ -113,6 +147,12 @@ class IdempotencyGate {
   std::optional<storage::IdempotencyRecord> found_;
   // kRunning: the response as it is relayed.
   storage::StoredResponse captured_;
+  // The finished record while it is being stored, and the tries so far.
+  std::optional<storage::IdempotencyRecord> finished_;
+  int finish_tries_ = 0;
+  std::optional<boost::asio::steady_timer> renew_timer_;
+  std::optional<boost::asio::steady_timer> finish_timer_;
+  bool renew_warned_ = false;  // one log line per request for failed renewals
   bool response_seen_ = false;
   // A store call that settles the record is pending; when FinishRequest
   // came meanwhile, the keep-alive it was called with.

@@ -16,6 +16,7 @@
 #include "metrics/request_metrics.h"
 #include "net/client_limit.h"
 #include "net/deadline.h"
+#include "proxy/held_keys.h"
 #include "proxy/idempotency_gate.h"
 #include "proxy/live_config.h"
 #include "proxy/refusal_log.h"
@@ -34,6 +35,7 @@ struct ProxyContext {
   // no route may have `idempotency:`).
   storage::IdempotencyStore* idempotency = nullptr;
   IdempotencyCounters idempotency_counters;
+  HeldKeys held_keys;  // the idempotency keys this process holds
 
   std::atomic<bool> draining{false};         // SIGTERM: finish current requests, then close
   std::atomic<int64_t> active_connections{0};

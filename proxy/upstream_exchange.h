@@ -123,6 +123,8 @@ class UpstreamExchange {
   // Whether a byte of the request may have gone upstream (a write was
   // started, or another thread sent it: handoff.h).
   bool request_started() const { return request_started_; }
+  // The response head went to the client.
+  bool response_started() const { return response_started_; }
   // The final response's parser, once its head was read.
   const http::response_parser<http::buffer_body>& response_parser() const { return *res_parser_; }
 

@@ -29,7 +29,8 @@ import time
 
 import pytest
 
-from fg_helpers import START_TIMEOUT, IO_TIMEOUT, admin_key_path, assert_json_error, request
+from fg_helpers import (START_TIMEOUT, IO_TIMEOUT, ConnectionClosed, admin_key_path,
+                        assert_json_error, request)
 
 FS_SIZE = "32m"     # room for RocksDB's preallocations (WAL: 1.1 x the 8 MiB memtable; MANIFEST: 4 MiB) and the 4 MiB floor
 KEY_PAD = "k" * 900  # long keys make each WAL record span pages sooner
@@ -268,6 +269,59 @@ def pay(gate, key):
 @pytest.fixture
 def ext4(mount_tmpfs):
     return mount_tmpfs("ext4", EXT4_SIZE, kind="ext4")
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_own_writes_fill_ext4_fail_closed_and_recover_each_time(ext4, make_gate, backend,
+                                                                  durability):
+    """Three times: the disk is filled to 6 MiB from full (just above the
+    store's floor), then idempotent writes fill the rest until the store
+    refuses; fencegate stays up, refuses (503, or a response cut short when
+    its record could not be stored after its head went) and says so on
+    /readyz, and comes back by itself when the space is freed. Every
+    response a client got whole is replayed after a restart."""
+    data = ext4 / "data"
+    gate = make_gate(name="ext4", data_dir=data, routes=[PAY],
+                     storage={"engine": "rocksdb", "path": str(data), "durability": durability})
+    answered = {}
+    for cycle in range(3):
+        fill_leaving(ext4 / "filler", 6 << 20)
+        refused = 0
+        for i in range(400):
+            key = f"c{cycle}-{i}"
+            try:
+                r = pay(gate, key)
+            except ConnectionClosed:
+                # The response went in part, then its record could not be
+                # stored: cut short, never whole.
+                r = None
+            assert gate.proc.poll() is None, f"fencegate exited ({gate.proc.returncode})"
+            if r is None:
+                refused += 1
+                if refused == 5:
+                    break
+                continue
+            if r.status == 503:
+                assert_json_error(r, 503, "store_unavailable")
+                refused += 1
+                if refused == 5:
+                    break
+                continue
+            assert r.status == 200, r
+            answered[key] = r.body
+        assert refused == 5, f"cycle {cycle}: no refusals after 400 writes of {RECORD_BYTES} bytes"
+        assert readyz(gate) == 503, "/readyz must fail while the store cannot write"
+        os.unlink(ext4 / "filler")
+        wait_ready(gate)
+        r = pay(gate, f"c{cycle}-after")
+        assert r.status == 200, r
+        answered[f"c{cycle}-after"] = r.body
+    gate.restart()
+    for key in list(answered)[::10]:
+        again = pay(gate, key)
+        assert again.status == 200 and again.header("Idempotent-Replayed") == "true", (key, again)
+        assert again.body == answered[key], key
+    assert gate.stop() == 0
 
 
 def test_a_start_on_a_full_ext4_disk_exits_1_saying_what_to_do(ext4, make_gate, backend):

@@ -140,6 +140,33 @@ def test_idempotency_records_are_shared_by_the_replicas(make_gate, backend, etcd
     assert len(kvs) == 1 and int(kvs[0].get("lease", "0")) != 0, kvs
 
 
+def test_a_request_at_the_backend_past_in_flight_timeout_keeps_its_key_at_every_replica(
+        make_gate, backend, etcd):
+    """A's request stays at the backend for more than twice in_flight_timeout:
+    A renews its reservation in etcd, so a repeat through B meanwhile is
+    409, not run; once A's response is stored B replays it."""
+    route = {"name": "pay", "path_prefix": "/pay/", "mode": "off",
+             "idempotency": {"window": "1h", "in_flight_timeout": "1s"}}
+    a = replica(make_gate, etcd, "a", routes=[route])
+    b = replica(make_gate, etcd, "b", routes=[route])
+    key = [("Idempotency-Key", "slow"), ("X-Test-Seq", "1")]
+    out = {}
+    first = threading.Thread(target=lambda: out.setdefault("r", request(
+        a.proxy, "POST", "/pay/slow", key + [("X-Test-Hold-Until", "slow")], b"amount=5")))
+    first.start()
+    backend.wait_until(lambda s: len(s["active"]) == 1, what="the request at the backend")
+    time.sleep(2.5)  # the condition under test: in_flight_timeout passes, twice
+    assert_json_error(request(b.proxy, "POST", "/pay/slow", key, b"amount=5"), 409,
+                      "idempotency_in_flight")
+    backend.release("slow")
+    first.join(IO_TIMEOUT)
+    assert out["r"].status == 200, out
+    again = request(b.proxy, "POST", "/pay/slow", key, b"amount=5")
+    assert again.header("Idempotent-Replayed") == "true", again
+    assert again.header("X-Backend-Seq") == out["r"].header("X-Backend-Seq")
+    assert len([r for r in backend.log() if r["method"] == "POST"]) == 1
+
+
 class HeldAnswers:
     """A TCP proxy in front of etcd that passes requests on at once and,
     while hold() is in force, keeps etcd's answers until release(): a

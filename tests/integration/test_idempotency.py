@@ -316,8 +316,12 @@ def test_a_key_the_store_cannot_reserve_runs_nothing(make_gate, backend):
     assert len(runs(backend)) == 1
 
 
-def test_a_response_the_store_cannot_keep_still_goes_and_the_key_stays_reserved(
-        make_gate, backend):
+def test_a_response_goes_only_once_its_record_is_stored(make_gate, backend):
+    """The store fails while the request is at the backend: the response is
+    not relayed (503 store_unavailable, saying the request ran), repeats get
+    409 idempotency_in_flight while the record cannot be stored, and once
+    the store takes writes again the record is stored in the background and
+    repeats replay it. The backend ran the request once."""
     gate = make_gate(routes=[pay_route()], extra_args=["--enable-test-faults"])
     out = {}
     held = threading.Thread(target=lambda: out.setdefault(
@@ -327,13 +331,21 @@ def test_a_response_the_store_cannot_keep_still_goes_and_the_key_stays_reserved(
     set_faults(gate, fail_writes=True)  # the response's record will fail
     backend.release("k16")
     held.join(IO_TIMEOUT)
-    assert out["r"].status == 200, out  # the write ran: its answer goes out
-    set_faults(gate)
-    # Not stored, so not replayed; not released, so not run again before
-    # in_flight_timeout.
+    assert_json_error(out["r"], 503, "store_unavailable")
+    assert "ran at the backend" in out["r"].json()["message"], out["r"].json()
+    assert out["r"].header("Retry-After") == "1"
     assert_json_error(post(gate, "/pay/16", "k16"), 409, "idempotency_in_flight")
+    set_faults(gate)
+    deadline = time.monotonic() + IO_TIMEOUT
+    while True:
+        again = post(gate, "/pay/16", "k16")
+        if again.status != 409:
+            break
+        assert time.monotonic() < deadline, "the record was never stored"
+        time.sleep(0.05)  # polling interval of a condition with a deadline
+    assert again.status == 200 and again.header("Idempotent-Replayed") == "true", again
     assert len(runs(backend)) == 1
-    assert counters(gate)["store_errors"] == 1
+    assert counters(gate)["store_errors"] >= 4
 
 
 def test_a_repeat_that_expects_100_continue_gets_it_then_the_replay(make_gate, backend):
@@ -360,3 +372,50 @@ def test_the_admin_record_read_fails_closed_with_the_store(make_gate, backend):
     set_faults(gate, fail_reads=True)
     assert_json_error(request(gate.admin, "GET", "/v1/idempotency/pay/k18", bearer), 503,
                       "store_unavailable")
+
+
+SHORT_IN_FLIGHT = {"window": "1h", "in_flight_timeout": "1s"}
+
+
+def test_a_request_held_at_the_backend_past_in_flight_timeout_keeps_its_key(make_gate, backend):
+    """in_flight_timeout counts from the request's last sign of life, not
+    from its reservation: a request still at the backend after several
+    in_flight_timeouts keeps its key, and a repeat meanwhile is 409, never
+    run beside it."""
+    gate = make_gate(routes=[pay_route(SHORT_IN_FLIGHT)])
+    out = {}
+    first = threading.Thread(target=lambda: out.setdefault(
+        "r", post(gate, "/pay/slow", "slow", headers=[("X-Test-Hold-Until", "slow")])))
+    first.start()
+    backend.wait_until(lambda s: len(s["active"]) == 1, what="the request at the backend")
+    time.sleep(2.5)  # the condition under test: in_flight_timeout passes, twice
+    assert_json_error(post(gate, "/pay/slow", "slow"), 409, "idempotency_in_flight")
+    backend.release("slow")
+    first.join(IO_TIMEOUT)
+    assert out["r"].status == 200, out
+    again = post(gate, "/pay/slow", "slow")
+    assert again.header("Idempotent-Replayed") == "true", again
+    assert again.header("X-Backend-Seq") == out["r"].header("X-Backend-Seq")
+    assert len(runs(backend, "/pay/slow")) == 1
+
+
+def test_a_slow_upload_past_in_flight_timeout_keeps_its_key(make_gate, backend):
+    """A body that arrives in pieces for longer than in_flight_timeout: a
+    repeat meanwhile is 409, and the request runs once."""
+    gate = make_gate(routes=[pay_route(SHORT_IN_FLIGHT)])
+    pieces = [b"a" * 10] * 6
+    with RawConnection(gate.proxy) as c:
+        c.send("POST", "/pay/upload", [(KEY, "upload"), ("X-Test-Seq", "1"),
+                                       ("Content-Length", str(sum(map(len, pieces))))], b"")
+        for i, piece in enumerate(pieces):
+            c.send_raw(piece)
+            if i < len(pieces) - 1:
+                time.sleep(0.5)  # the condition under test: an upload slower than the timeout
+            if i == 3:  # 1.5 s in
+                assert_json_error(post(gate, "/pay/upload", "upload", body=b"a" * 60), 409,
+                                  "idempotency_in_flight")
+        first = c.read_response("POST")
+    assert first.status == 200, first
+    again = post(gate, "/pay/upload", "upload", body=b"a" * 60)
+    assert again.header("Idempotent-Replayed") == "true", again
+    assert len(runs(backend, "/pay/upload")) == 1
