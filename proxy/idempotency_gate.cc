@@ -402,7 +402,7 @@ void IdempotencyGate::DoRepeatBody() {
   body.size = buffer.capacity();
   boost::system::error_code ec;
   if (ParseBuffered(parser, session_.buffer_, kMessageDone, ec)) return OnRepeatBodyPiece(ec);
-  http::async_read(session_.stream_, session_.buffer_, parser,
+  http::async_read_some(session_.stream_, session_.buffer_, parser,
                    Timed(session_.client_deadline_, session_.config_->limits.idle_timeout,
                          [self = session_.shared_from_this()](boost::system::error_code ec,
                                                               size_t) {

@@ -65,15 +65,22 @@ void UpstreamExchange::DoWholeResponseBody(uint64_t length) {
   if (length > up_buffer_.size()) up_buffer_.reserve(up_buffer_.size() + length);
   ec_t ec;
   if (ParseBuffered(*res_parser_, up_buffer_, kMessageDone, ec)) return OnWholeResponseBody(ec);
-  http::async_read(*upstream_, up_buffer_, *res_parser_,
-                   Timed(upstream_deadline_, config_->upstream.timeout,
-                         [self = session_.shared_from_this()](ec_t ec, size_t) {
-                           self->exchange_.OnWholeResponseBody(ec);
-                         }));
+  ReadMoreResponseBody();
+}
+
+void UpstreamExchange::ReadMoreResponseBody() {
+  // One read at a time, each under upstream.timeout: a backend that sends
+  // a small body in slow pieces is timed per piece, as a large one is.
+  http::async_read_some(*upstream_, up_buffer_, *res_parser_,
+                        Timed(upstream_deadline_, config_->upstream.timeout,
+                              [self = session_.shared_from_this()](ec_t ec, size_t) {
+                                self->exchange_.OnWholeResponseBody(ec);
+                              }));
 }
 
 void UpstreamExchange::OnWholeResponseBody(ec_t ec) {
   if (ec && ec == http::error::need_buffer) ec = {};
+  if (!ec && !res_parser_->is_done()) return ReadMoreResponseBody();
   // Nothing went to the client yet: a failure here is answered 502/504 (and
   // a GET/HEAD on a reused connection is retried), like a failed head.
   if (ec) return FailUpstream(ec, "read response body");
@@ -148,7 +155,8 @@ void UpstreamExchange::DoResponseBody() {
     body.data = body_.Get();
     body.size = body_.capacity();
     up_buffer_.reserve(BodyBuffer::kMaxSize);
-    http::async_read(*upstream_, up_buffer_, *res_parser_,
+    // One read at a time, each under upstream.timeout (per piece).
+    http::async_read_some(*upstream_, up_buffer_, *res_parser_,
                      Timed(upstream_deadline_, config_->upstream.timeout,
                            [self = session_.shared_from_this()](ec_t ec, size_t) {
                              self->exchange_.OnResponseBodyRead(ec);

@@ -220,7 +220,9 @@ void UpstreamExchange::DoRequestBody() {
     }
     ec_t ec;
     if (ParseBuffered(parser, buffer, kMessageDone, ec)) return OnRequestBodyRead(ec);
-    http::async_read(session_.stream_, buffer, parser,
+    // One read at a time, each under idle_timeout: a body that keeps
+    // arriving, however slowly, is never cut.
+    http::async_read_some(session_.stream_, buffer, parser,
                      Timed(session_.client_deadline_, config_->limits.idle_timeout,
                            [self = session_.shared_from_this()](ec_t ec, size_t) {
                              self->exchange_.OnRequestBodyRead(ec);

@@ -147,6 +147,7 @@ class UpstreamExchange {
   void DoReadResponseHeader();
   void OnResponseHeader(ec_t ec);
   void DoWholeResponseBody(uint64_t length);
+  void ReadMoreResponseBody();
   void OnWholeResponseBody(ec_t ec);
   // The response head, with the body in hand: whole (AppendDownstreamHead,
   // one write, no serializer) or through down_sr_.

@@ -25,6 +25,8 @@ Behaviour:
   that a store that compresses keeps them whole;
 - ``X-Test-Drop-Idle: 1`` answers normally (keep-alive) and then closes the
   connection without saying so, as a backend's idle timeout does;
+- ``X-Test-Trickle-Ms: N`` sends the body (with its Content-Length) in five
+  pieces, N ms apart, as a backend that streams a slow answer does;
 - ``X-Test-EOF-Body: 1`` answers without Content-Length, the body delimited
   by closing the connection;
 - ``X-Test-Drop-If-Reused: 1`` on a connection that already served a
@@ -259,6 +261,19 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(out)
             self.wfile.flush()
             self.close_connection = True
+            return
+        trickle = self.headers.get("X-Test-Trickle-Ms")
+        if trickle and method != "HEAD":
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.flush()
+            step = -(-len(out) // 5)
+            for i in range(0, len(out), step):
+                time.sleep(int(trickle) / 1000)  # the slow backend under test
+                self.wfile.write(out[i:i + step])
+                self.wfile.flush()
             return
         self._send(status, out, ctype, head_only=(method == "HEAD"), extra=extra)
         if self.headers.get("X-Test-Drop-Idle"):

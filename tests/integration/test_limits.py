@@ -2,10 +2,12 @@
 bodies, and writes beyond the per-key queue bound, are refused by fencegate
 with JSON and reach nothing."""
 
+import time
+
 import pytest
 
 from fg_helpers import (ADMIN_TOKEN, RawConnection, admin_key_path, assert_json_error, raw_exchange,
-                        tokens_seen)
+                        request, tokens_seen)
 
 
 def test_body_too_large_is_413(make_gate, backend):
@@ -137,3 +139,31 @@ def test_writes_waiting_for_one_key_are_bounded(make_gate, backend):
     assert 200 <= rb.status < 300, rb
     bodies = [e["body"] for e in backend.log() if e["path"] == "/objects/q"]
     assert bodies == ["a", "b"], f"the refused write must not reach the backend: {bodies}"
+
+
+def test_a_body_that_keeps_arriving_is_not_cut_by_idle_timeout(make_gate, backend):
+    """idle_timeout is the longest silence, between requests and between
+    pieces of a body: an upload sending a piece every 0.4 s for longer than
+    idle_timeout (1 s) goes through whole; one silent past it is cut."""
+    gate = make_gate(limits={"idle_timeout": "1s"})
+    pieces = [b"p%d;" % i for i in range(7)]
+    with RawConnection(gate.proxy) as c:
+        c.send("PUT", "/plain/slow", [("Content-Length", str(sum(map(len, pieces))))], b"")
+        for piece in pieces:
+            c.send_raw(piece)
+            time.sleep(0.4)  # the condition under test: an upload slower than the timeout
+        r = c.read_response("PUT")
+    assert 200 <= r.status < 300, r
+    assert [x["body"] for x in backend.log() if x["path"] == "/plain/slow"] == \
+        ["".join(p.decode() for p in pieces)]
+
+
+def test_a_small_response_that_keeps_arriving_is_timed_per_piece(make_gate, backend):
+    """upstream.timeout is per piece for every body size: a small body sent
+    in five pieces 0.4 s apart (2 s in all) under a 1 s timeout arrives whole."""
+    gate = make_gate(upstream={"url": f"http://127.0.0.1:{backend.port}",
+                               "connect_timeout": "1s", "timeout": "1s"})
+    r = request(gate.proxy, "GET", "/plain/trickle",
+                [("X-Test-Seq", "1"), ("X-Test-Response-Bytes", "500"),
+                 ("X-Test-Trickle-Ms", "400")])
+    assert len(r.body) == 500 and r.body.startswith(b"seq="), r  # the whole body (a 404: no such object)
