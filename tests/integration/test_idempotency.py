@@ -419,3 +419,34 @@ def test_a_slow_upload_past_in_flight_timeout_keeps_its_key(make_gate, backend):
     again = post(gate, "/pay/upload", "upload", body=b"a" * 60)
     assert again.header("Idempotent-Replayed") == "true", again
     assert len(runs(backend, "/pay/upload")) == 1
+
+
+def test_a_write_waiting_in_its_key_queue_past_in_flight_timeout_keeps_its_key(
+        make_gate, backend):
+    """On a fenced route, a write with a key waits in its key's queue behind
+    a slow one for more than twice in_flight_timeout: its reservation is
+    renewed meanwhile, so a repeat is 409, and the write runs once."""
+    gate = make_gate(routes=[pay_route(SHORT_IN_FLIGHT, mode="enforce")])
+    out = {}
+    slow = threading.Thread(target=lambda: out.setdefault("slow", request(
+        gate.proxy, "PUT", "/pay/q", [("Fencing-Token", "1"), ("X-Test-Hold-Until", "q")],
+        b"first")))
+    slow.start()
+    backend.wait_until(lambda s: len(s["active"]) == 1, what="the first write at the backend")
+    queued = threading.Thread(target=lambda: out.setdefault("queued", request(
+        gate.proxy, "PUT", "/pay/q", [("Fencing-Token", "2"), (KEY, "queued"),
+                                      ("X-Test-Seq", "1")], b"second")))
+    queued.start()
+    time.sleep(2.5)  # the condition under test: in_flight_timeout passes, twice, in the queue
+    assert_json_error(request(gate.proxy, "PUT", "/pay/q", [("Fencing-Token", "2"),
+                                                            (KEY, "queued")], b"second"),
+                      409, "idempotency_in_flight")
+    backend.release("q")
+    slow.join(IO_TIMEOUT)
+    queued.join(IO_TIMEOUT)
+    assert out["slow"].status in (200, 201, 204), out
+    assert out["queued"].status in (200, 201, 204), out
+    again = request(gate.proxy, "PUT", "/pay/q", [("Fencing-Token", "2"), (KEY, "queued"),
+                                                  ("X-Test-Seq", "1")], b"second")
+    assert again.header("Idempotent-Replayed") == "true", again
+    assert [r["body"] for r in runs(backend, "/pay/q")] == ["first", "second"]
