@@ -53,10 +53,10 @@ constexpr std::chrono::seconds kBackgroundStep{1};
 // took the key over); the process holds the key meanwhile.
 class BackgroundFinish : public std::enable_shared_from_this<BackgroundFinish> {
  public:
-  BackgroundFinish(asio::any_io_executor ex, storage::IdempotencyStore& store, HeldKeys& held,
-                   IdempotencyCounters& counters, std::string key, std::string client_key,
-                   IdempotencyRecord record)
-      : timer_(std::move(ex)), store_(store), held_(held), counters_(counters),
+  BackgroundFinish(const asio::any_io_executor& ex, storage::IdempotencyStore& store,
+                   HeldKeys& held, IdempotencyCounters& counters, std::string key,
+                   std::string client_key, IdempotencyRecord record)
+      : timer_(ex), store_(store), held_(held), counters_(counters),
         key_(std::move(key)), client_key_(std::move(client_key)), record_(std::move(record)) {}
 
   void Wait() {
@@ -71,7 +71,7 @@ class BackgroundFinish : public std::enable_shared_from_this<BackgroundFinish> {
     store_.FinishKey(key_, record_, NowMsOf(), [self = shared_from_this()](const Status& s,
                                                                         bool applied) {
       asio::any_io_executor ex = self->timer_.get_executor();
-      asio::dispatch(ex, [self = std::move(self), s, applied] { self->OnAnswer(s, applied); });
+      asio::dispatch(ex, [self, s, applied] { self->OnAnswer(s, applied); });
     });
   }
   void OnAnswer(const Status& s, bool applied) {
