@@ -5,7 +5,14 @@ namespace fencegate::proxy {
 void HeldKeys::Hold(const std::string& key, uint64_t owner, const std::string& head_digest,
                     std::optional<Clock::time_point> until) {
   std::lock_guard lock(mu_);
+  if (++holds_ % kSweepEvery == 0) SweepLocked(Clock::now());
   held_[key] = Entry{Holder{owner, head_digest}, until};
+}
+
+void HeldKeys::SweepLocked(Clock::time_point now) const {
+  std::erase_if(held_, [now](const auto& entry) {
+    return entry.second.until && now >= *entry.second.until;
+  });
 }
 
 void HeldKeys::Drop(const std::string& key, uint64_t owner) {

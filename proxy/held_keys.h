@@ -36,6 +36,7 @@ class HeldKeys {
   void DropAt(const std::string& key, uint64_t owner, Clock::time_point until);
   // Who holds key, if anybody.
   std::optional<Holder> Holding(const std::string& key) const;
+  // Entries kept, expired ones not yet swept included.
   size_t size() const;
 
  private:
@@ -43,8 +44,14 @@ class HeldKeys {
     Holder holder;
     std::optional<Clock::time_point> until;
   };
+  // Drops every entry whose time is over: every kSweepEvery holds, so that
+  // keys nobody looks up again do not pile up. Under mu_.
+  void SweepLocked(Clock::time_point now) const;
+  static constexpr uint64_t kSweepEvery = 256;
+
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, Entry> held_;  // guarded by mu_
+  uint64_t holds_ = 0;                                    // guarded by mu_
 };
 
 }  // namespace fencegate::proxy

@@ -164,6 +164,7 @@ Status RocksDbStore::DecideRecord(WriteRequest& r, bool from_caller, RecordsSeen
   }
   seen[r.key] = std::move(stored);
   req.applied = change.apply;
+  if (change.apply) record_writes_.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 

@@ -13,6 +13,8 @@
 
 #include "storage/rocksdb_support.h"
 
+#include <spdlog/spdlog.h>
+
 namespace fencegate::storage {
 
 using rocksdb_support::DecodeToken;
@@ -37,8 +39,45 @@ RocksDbStore::RocksDbStore(const RocksDbStoreOptions& options, std::unique_ptr<r
   });
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
+  if (options_.records_compaction_interval.count() > 0) {
+    compactor_ = std::thread([this] { CompactorLoop(); });
+  }
   writer_id_ = writer_.get_id();
   reader_id_ = reader_.get_id();
+}
+
+void RocksDbStore::CompactorLoop() {
+  uint64_t compacted_at = 0;  // record_writes_ when the range was last compacted
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    compactor_cv_.wait_for(lock, options_.records_compaction_interval,
+                           [this] { return lane_.closing; });
+    if (lane_.closing) return;
+    const uint64_t writes = record_writes_.load(std::memory_order_relaxed);
+    if (writes == compacted_at) continue;
+    lock.unlock();
+    {
+      // Shared: a reopen after a failed write waits for the compaction.
+      std::shared_lock<std::shared_mutex> db_lock(db_mu_);
+      if (db_ != nullptr) {
+        std::string end(kRecordKeyPrefix);
+        end.back() = static_cast<char>(end.back() + 1);  // just past every record key
+        const rocksdb::Slice begin_key(kRecordKeyPrefix.data(), kRecordKeyPrefix.size());
+        const rocksdb::Slice end_key(end);
+        rocksdb::CompactRangeOptions range;
+        range.exclusive_manual_compaction = false;  // background compactions go on
+        rocksdb::Status s = db_->CompactRange(range, &begin_key, &end_key);
+        if (s.ok()) {
+          compacted_at = writes;
+          record_compactions_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          spdlog::warn("token store: compacting the idempotency records failed: {}",
+                       s.ToString());
+        }
+      }
+    }
+    lock.lock();
+  }
 }
 
 RocksDbStore::~RocksDbStore() {
@@ -256,8 +295,10 @@ Status RocksDbStore::Close() {
   }
   writer_cv_.notify_all();
   reader_cv_.notify_all();
+  compactor_cv_.notify_all();
   writer_.join();  // answers every queued Advance/Raise first
   reader_.join();  // answers every queued Get first
+  if (compactor_.joinable()) compactor_.join();
 
   Status status;
   if (lane_.failed || db_ == nullptr) {

@@ -61,6 +61,12 @@ struct RocksDbStoreOptions {
   // While the last write failed and no requests arrive, how often the writer
   // tries to recover.
   std::chrono::milliseconds recovery_interval{1000};
+  // How often the idempotency records' key range is compacted, when records
+  // were written since the last time, so that expired records (dropped by
+  // the compaction filter) leave the disk within this of their expiry even
+  // when keys only grow (ULIDs, order numbers): RocksDB by itself rewrites
+  // files that new keys never overlap only every 30 days. 0 = never.
+  std::chrono::milliseconds records_compaction_interval{std::chrono::hours(1)};
   rocksdb::Env* env = nullptr;  // tests inject faults here; nullptr = default
   // Under kAsync, an Advance/Raise made while nothing is queued and nobody
   // decides is decided and committed on the caller's thread, reading only
@@ -183,6 +189,8 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
   StoreStats stats() const;
   // stats(), in the engines' common terms.
   std::optional<StoreCounters> Counters() const override;
+  // Compactions of the records' key range so far (records_compaction_interval).
+  uint64_t record_compactions() const { return record_compactions_.load(); }
 
   // Entries in the memtable being filled (RocksDB's
   // rocksdb.num-entries-active-mem-table): one per key written since the
@@ -377,6 +385,13 @@ class RocksDbStore : public TokenStore, public IdempotencyStore {
 
   std::thread writer_;  // started last, joined in Close()
   std::thread reader_;
+  // Compacts the records' key range every records_compaction_interval
+  // (CompactRecords); stopped in Close().
+  void CompactorLoop();
+  std::thread compactor_;
+  std::condition_variable compactor_cv_;  // with mu_: Close() wakes it
+  std::atomic<uint64_t> record_writes_{0};  // records changed, ever
+  std::atomic<uint64_t> record_compactions_{0};
   std::thread::id writer_id_;  // set once in the constructor
   std::thread::id reader_id_;  // set once in the constructor
 };

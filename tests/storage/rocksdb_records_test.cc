@@ -6,10 +6,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -159,6 +163,77 @@ TEST_P(RocksDbRecords, ACompactionDropsExpiredRecordsAndKeepsTheRest) {
   for (it->SeekToFirst(); it->Valid(); it->Next()) keys.push_back(it->key().ToString());
   ASSERT_TRUE(it->status().ok());
   EXPECT_EQ(keys, (std::vector<std::string>{std::string("\0ilive", 6), "token"}));
+}
+
+// A finished record whose body does not compress: what it takes on disk
+// is what it holds.
+IdempotencyRecord FinishedIncompressible(uint64_t owner, int64_t created, int64_t expires,
+                                         uint32_t seed) {
+  IdempotencyRecord r = Finished(owner, created, expires);
+  std::mt19937 bytes(seed);
+  for (char& c : r.response.body) c = static_cast<char>(bytes());
+  return r;
+}
+
+// Bytes of table files in dir: what the records take on disk once flushed.
+uint64_t TableBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".sst") bytes += entry.file_size();
+  }
+  return bytes;
+}
+
+// Keys that only grow (order numbers, ULIDs) are never overlapped by newer
+// writes, so RocksDB alone would not rewrite their files for 30 days; the
+// store compacts the records' range itself, every
+// records_compaction_interval, and the expired ones leave the disk.
+TEST_P(RocksDbRecords, ExpiredRecordsOfGrowingKeysLeaveTheDiskWithinTheInterval) {
+  RocksDbStoreOptions options;
+  options.path = Path();
+  options.durability = GetParam();
+  options.wal_bytes_per_flush = 200u << 10;  // a few table files, below L0's compaction trigger
+  options.records_compaction_interval = std::chrono::milliseconds(100);
+  std::unique_ptr<RocksDbStore> store;
+  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+  const int64_t wall = WallMs();
+  for (int i = 0; i < 150; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "order-%06d", i);
+    ASSERT_TRUE(Reserve(*store, key, Reserved(1, wall - 120'000, wall - 60'000)));
+    ASSERT_TRUE(Finish(*store, key, FinishedIncompressible(1, wall - 120'000, wall - 60'000, i),
+                       wall - 119'000));
+  }
+  ASSERT_TRUE(Reserve(*store, "order-live", Reserved(2, wall, wall + 3'600'000)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (store->record_compactions() == 0 || TableBytes(Path()) > (64u << 10)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << TableBytes(Path()) << " bytes of table files left";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling with a deadline
+  }
+  EXPECT_EQ(Lookup(*store, "order-live", wall), Reserved(2, wall, wall + 3'600'000));
+}
+
+// The same without the store's compactions: the expired records stay.
+TEST_P(RocksDbRecords, WithoutTheIntervalExpiredRecordsOfGrowingKeysStay) {
+  RocksDbStoreOptions options;
+  options.path = Path();
+  options.durability = GetParam();
+  options.wal_bytes_per_flush = 200u << 10;
+  options.records_compaction_interval = std::chrono::milliseconds(0);
+  std::unique_ptr<RocksDbStore> store;
+  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
+  const int64_t wall = WallMs();
+  for (int i = 0; i < 150; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "order-%06d", i);
+    ASSERT_TRUE(Reserve(*store, key, Reserved(1, wall - 120'000, wall - 60'000)));
+    ASSERT_TRUE(Finish(*store, key, FinishedIncompressible(1, wall - 120'000, wall - 60'000, i),
+                       wall - 119'000));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // what the other test waits at most for
+  EXPECT_GT(TableBytes(Path()), 200u << 10);
+  EXPECT_EQ(store->record_compactions(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Durabilities, RocksDbRecords,
