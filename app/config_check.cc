@@ -37,6 +37,20 @@ bool LoadChecked(const std::string& path, bool read_files, const config::Environ
   // missing file or a key that does not belong to its certificate.
   tls::Contexts contexts;
   if (read_files && !tls::Build(*cfg, &contexts, error)) return false;
+  // in_flight_timeout is how long a key stays reserved after fencegate gave
+  // up on a request (upstream.timeout without a byte): shorter, and a
+  // repeat may run while the backend still works on the first.
+  for (size_t i = 0; i < cfg->routes.size(); ++i) {
+    const auto& idem = cfg->routes[i].idempotency;
+    if (idem && idem->in_flight_timeout < cfg->upstream.timeout) {
+      out->warnings.push_back(
+          "routes[" + std::to_string(i) + "] (" + cfg->routes[i].name +
+          "): idempotency.in_flight_timeout (" + std::to_string(idem->in_flight_timeout.count()) +
+          " ms) is shorter than upstream.timeout (" + std::to_string(cfg->upstream.timeout.count()) +
+          " ms): after a request times out, a repeat may run while the backend still works on "
+          "it; make in_flight_timeout at least upstream.timeout");
+    }
+  }
   out->config = std::move(cfg);
   out->tls = std::move(contexts);
   return true;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "config/secrets.h"
@@ -16,6 +17,9 @@ namespace fencegate::app {
 struct CheckedConfig {
   std::shared_ptr<const config::Config> config;
   tls::Contexts tls;  // empty when the secrets and TLS files were not read
+  // What is valid but likely a mistake, one sentence each: printed by
+  // --check and logged at start.
+  std::vector<std::string> warnings;
 };
 
 // Loads and validates `path`. With `read_files` (serving, --check, reload)

@@ -251,6 +251,9 @@ int Main(int argc, char** argv) {
     for (const std::string& warning : tls_contexts.warnings) {
       std::cerr << "fencegate: warning: " << warning << "\n";
     }
+    for (const std::string& warning : checked.warnings) {
+      std::cerr << "fencegate: warning: " << warning << "\n";
+    }
     std::cout << "configuration OK: " << config_path << " (proxy " << cfg->endpoint.ToString()
               << (cfg->tls.enabled ? " with TLS" : "") << ", admin " << listener(cfg->admin.endpoint) << ", locks "
               << listener(cfg->locks.endpoint) << ", upstream " << cfg->upstream.url << ")\n";
@@ -289,6 +292,7 @@ int Main(int argc, char** argv) {
   }
   logs.WatchReopenSignal();
   HoldSignal(SIGUSR1, false);
+  for (const std::string& warning : checked.warnings) spdlog::warn("{}", warning);
   return Serve(cfg, test_faults, std::move(tls_contexts));
 }
 

@@ -70,3 +70,20 @@ def test_version(fencegate_bin):
     r = subprocess.run([fencegate_bin, "--version"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r
     assert re.search(r"\d+\.\d+\.\d+", r.stdout), f"--version printed {r.stdout!r}"
+
+
+def test_check_warns_of_an_in_flight_timeout_shorter_than_upstream_timeout(fencegate_bin,
+                                                                          tmp_path):
+    """Valid, so exit 0, but a repeat could run while the backend still
+    works on a request fencegate gave up on: --check says so."""
+    p = tmp_path / "short.yaml"
+    p.write_text(GOOD.format(data=tmp_path / "data").replace(
+        'path_prefix: "/objects/"\n',
+        'path_prefix: "/objects/"\n    idempotency: {window: 1h, in_flight_timeout: 5s}\n'))
+    r = run_check(fencegate_bin, p)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"warning: routes\[0\] \(objects\): idempotency.in_flight_timeout "
+                     r"\(5000 ms\) is shorter than upstream.timeout \(30000 ms\)", r.stderr), r.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD.format(data=tmp_path / "data"))
+    assert "warning" not in run_check(fencegate_bin, good).stderr
