@@ -188,26 +188,39 @@ uint64_t TableBytes(const std::string& dir) {
   return bytes;
 }
 
+// A store whose records compaction runs every `interval` (0: never),
+// holding 150 expired records of keys that only grow ("order-000000", ...)
+// in a few table files, below L0's compaction trigger.
+std::unique_ptr<RocksDbStore> OpenWithExpiredGrowingKeys(const std::string& path,
+                                                         Durability durability,
+                                                         std::chrono::milliseconds interval,
+                                                         int64_t wall) {
+  RocksDbStoreOptions options;
+  options.path = path;
+  options.durability = durability;
+  options.wal_bytes_per_flush = 200u << 10;
+  options.records_compaction_interval = interval;
+  std::unique_ptr<RocksDbStore> store;
+  EXPECT_TRUE(RocksDbStore::Open(options, &store).ok());
+  if (store == nullptr) return nullptr;
+  for (int i = 0; i < 150; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "order-%06d", i);
+    EXPECT_TRUE(Reserve(*store, key, Reserved(1, wall - 120'000, wall - 60'000)));
+    EXPECT_TRUE(Finish(*store, key, FinishedIncompressible(1, wall - 120'000, wall - 60'000, i),
+                       wall - 119'000));
+  }
+  return store;
+}
+
 // Keys that only grow (order numbers, ULIDs) are never overlapped by newer
 // writes, so RocksDB alone would not rewrite their files for 30 days; the
 // store compacts the records' range itself, every
 // records_compaction_interval, and the expired ones leave the disk.
 TEST_P(RocksDbRecords, ExpiredRecordsOfGrowingKeysLeaveTheDiskWithinTheInterval) {
-  RocksDbStoreOptions options;
-  options.path = Path();
-  options.durability = GetParam();
-  options.wal_bytes_per_flush = 200u << 10;  // a few table files, below L0's compaction trigger
-  options.records_compaction_interval = std::chrono::milliseconds(100);
-  std::unique_ptr<RocksDbStore> store;
-  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
   const int64_t wall = WallMs();
-  for (int i = 0; i < 150; ++i) {
-    char key[32];
-    std::snprintf(key, sizeof key, "order-%06d", i);
-    ASSERT_TRUE(Reserve(*store, key, Reserved(1, wall - 120'000, wall - 60'000)));
-    ASSERT_TRUE(Finish(*store, key, FinishedIncompressible(1, wall - 120'000, wall - 60'000, i),
-                       wall - 119'000));
-  }
+  auto store = OpenWithExpiredGrowingKeys(Path(), GetParam(), std::chrono::milliseconds(100), wall);
+  ASSERT_NE(store, nullptr);
   ASSERT_TRUE(Reserve(*store, "order-live", Reserved(2, wall, wall + 3'600'000)));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (store->record_compactions() == 0 || TableBytes(Path()) > (64u << 10)) {
@@ -220,22 +233,12 @@ TEST_P(RocksDbRecords, ExpiredRecordsOfGrowingKeysLeaveTheDiskWithinTheInterval)
 
 // The same without the store's compactions: the expired records stay.
 TEST_P(RocksDbRecords, WithoutTheIntervalExpiredRecordsOfGrowingKeysStay) {
-  RocksDbStoreOptions options;
-  options.path = Path();
-  options.durability = GetParam();
-  options.wal_bytes_per_flush = 200u << 10;
-  options.records_compaction_interval = std::chrono::milliseconds(0);
-  std::unique_ptr<RocksDbStore> store;
-  ASSERT_TRUE(RocksDbStore::Open(options, &store).ok());
-  const int64_t wall = WallMs();
-  for (int i = 0; i < 150; ++i) {
-    char key[32];
-    std::snprintf(key, sizeof key, "order-%06d", i);
-    ASSERT_TRUE(Reserve(*store, key, Reserved(1, wall - 120'000, wall - 60'000)));
-    ASSERT_TRUE(Finish(*store, key, FinishedIncompressible(1, wall - 120'000, wall - 60'000, i),
-                       wall - 119'000));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // what the other test waits at most for
+  auto store = OpenWithExpiredGrowingKeys(Path(), GetParam(), std::chrono::milliseconds(0),
+                                          WallMs());
+  ASSERT_NE(store, nullptr);
+  // Five times the other test's interval: long enough for its compactor to
+  // have run, had there been one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_GT(TableBytes(Path()), 200u << 10);
   EXPECT_EQ(store->record_compactions(), 0u);
 }
