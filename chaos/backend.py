@@ -40,7 +40,10 @@ is, logged as
 (`attempt` from the X-Chaos-Attempt header, `t_arrive` when the request was
 read whole, `t` when it was applied, just before the answer) and answered
 200 with {"op": ..., "run": <n>, "attempt": ...}, a body no other run has,
-so that a replay names the run whose answer it repeats.
+so that a replay names the run whose answer it repeats. A payment with
+`X-Chaos-Stream-Ms: N` gets that body in STREAM_PIECES pieces, N ms apart
+(a response streamed slowly, each piece well within fencegate's
+upstream.timeout); its record is logged before the first piece goes.
 """
 
 import argparse
@@ -54,6 +57,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PREFIX = "/objects/"
 PAY_PREFIX = "/pay/"
+STREAM_PIECES = 6
 
 
 class State:
@@ -200,7 +204,22 @@ class Handler(BaseHTTPRequestHandler):
             st.apply(PAY_PREFIX + account, record, body)
         finally:
             st.done(PAY_PREFIX + account)
-        self.reply(200, response)
+        try:
+            gap_ms = int(self.headers.get("X-Chaos-Stream-Ms") or 0)
+        except ValueError:
+            gap_ms = 0
+        if gap_ms <= 0:
+            return self.reply(200, response)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(response)))
+        self.end_headers()
+        self.wfile.flush()
+        step = -(-len(response) // STREAM_PIECES)
+        for i in range(0, len(response), step):
+            time.sleep(gap_ms / 1000.0)
+            self.wfile.write(response[i:i + step])
+            self.wfile.flush()
 
 
 class Server(ThreadingHTTPServer):

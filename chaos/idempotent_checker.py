@@ -23,6 +23,12 @@ timeouts (meta.json). Per idempotency key:
                  body of the run its attempt caused.
   refused        no attempt was refused for good (a 4xx other than 408,
                  409 and 429): each repeats its key's first request.
+  after-ack      no run of a key follows a run whose attempt got a fresh
+                 2xx (its answer went out only once stored), nor reached
+                 the backend after any client had a 2xx for the key.
+  replay-unseen  an operation whose client got a fresh 2xx is replayed
+                 only that answer, and one operation is never replayed two
+                 different answers.
 
 A further run N after run P (in arrival order) is explained when both hold:
 
@@ -35,15 +41,26 @@ A further run N after run P (in arrival order) is explained when both hold:
                        later than STORE_GRACE_S after the backend answered
                        P, or, when the attempt got no HTTP answer, before
                        the client stopped waiting for it;
+       store           P's attempt got 503 store_unavailable (the run's
+                       answer could not be stored, and is kept in memory
+                       while fencegate lives), and fencegate was SIGKILLed
+                       between P's attempt and N;
        upstream-unseen P's attempt got no HTTP answer, and its exchange
                        with the backend may have failed: a fault on the
                        backend's side (slow, stalled, network) overlapped
                        the time from the attempt's sending to the
                        backend's answer, or the backend answered at least
                        upstream.timeout after the attempt was sent.
-  2. N reached the backend at least in_flight_timeout after P's attempt
-     was sent (the earliest moment P's reservation can have been made),
-     less CLOCK_TOLERANCE_S.
+  2. N reached the backend at least in_flight_timeout after fencegate gave
+     up on P, less CLOCK_TOLERANCE_S. A live request's reservation never
+     expires, and one whose outcome is unknown is kept for
+     in_flight_timeout from then: when fencegate gave up is known from the
+     502 or 504 (its answer's arrival, less any latency the nemesis added
+     on the clients' side and GAVE_UP_SLACK_S), or, with no answer, from
+     P's arrival at the backend (less any latency added on the backend's
+     side and GAVE_UP_SLACK_S). After a kill between P's attempt and N only
+     the store's reservation is left, which a crash may have left unrenewed
+     since it was made: then from P's attempt's sending.
 
 Anything else is a violation, with its witness: the two runs, their
 attempts, and what is missing.
@@ -52,7 +69,8 @@ attempts, and what is missing.
 import bisect
 from collections import defaultdict
 
-PROPERTIES = ("at-most-once", "acked-ran", "replay-body", "refused")
+PROPERTIES = ("at-most-once", "acked-ran", "replay-body", "refused", "after-ack",
+              "replay-unseen")
 MAX_WITNESSES = 1000
 # Reservations carry wall-clock milliseconds, the harness CLOCK_MONOTONIC
 # seconds: a millisecond of truncation, and the two clocks' rates, which
@@ -65,6 +83,11 @@ STORE_GRACE_S = 1.0
 # The nemesis logs a fault just before it sets it, and heals it just after
 # its duration.
 FAULT_SLACK_S = 0.25
+# How much earlier than the harness sees it fencegate may have given up on
+# a request: the backend logs an arrival once its Python thread has read the
+# request (late on a loaded machine), and a 502 or 504 crosses the client's
+# fault proxy after it was decided.
+GAVE_UP_SLACK_S = 0.5
 BACKEND_FAULTS = ("slow-backend", "stall-backend", "net-backend")
 RETRIED_STATUSES = (408, 409, 429)
 
@@ -111,26 +134,57 @@ class Limits:
         self.upstream_timeout = upstream_timeout_s
 
 
-def unstored_cause(prev, att, kills, spans, limits):
+def latency_spans(faults, kind):
+    """[(start, end, seconds)] of the `kind` faults that delayed bytes."""
+    return [(f["t"], f["t"] + f.get("seconds", 0) + FAULT_SLACK_S, f["latency_ms"] / 1000.0)
+            for f in faults
+            if f.get("fault") == kind and f.get("mode") == "latency" and f.get("latency_ms")]
+
+
+def added_latency(spans, start, end):
+    """The most latency a fault of `spans` added within [start, end]."""
+    return max((lat for s, e, lat in spans if s <= end and e >= start), default=0.0)
+
+
+def killed_within(kills, start, end):
+    i = bisect.bisect_left(kills, start - CLOCK_TOLERANCE_S)
+    return i < len(kills) and kills[i] <= end
+
+
+def unstored_cause(prev, att, nxt, kills, spans, limits):
     """Why fencegate may never have stored the answer to run `prev`, whose
-    attempt is `att`: "upstream", "kill", "upstream-unseen", or None."""
+    attempt is `att`, before run `nxt`: "upstream", "kill", "store",
+    "upstream-unseen", or None."""
     if att is None:
         return None
     if att["status"] in (502, 504):
         return "upstream"
+    if att["status"] == 503 and att.get("error") == "store_unavailable":
+        return "store" if killed_within(kills, att["s"], nxt["t_arrive"]) else None
     if att["status"] is not None:
         return None  # fencegate answered otherwise: not an upstream failure, and alive
     s, p = att["s"], prev["t"]
     e = att["e"] if att.get("e") is not None else float("inf")
-    last = max(e, p + STORE_GRACE_S)
-    i = bisect.bisect_left(kills, s - CLOCK_TOLERANCE_S)
-    if i < len(kills) and kills[i] <= last:
+    if killed_within(kills, s, max(e, p + STORE_GRACE_S)):
         return "kill"
     if p - s >= limits.upstream_timeout:
         return "upstream-unseen"
     if any(start <= p and end >= s for start, end, _ in spans):
         return "upstream-unseen"
     return None
+
+
+def gave_up_by(prev, att, nxt, kills, latencies):
+    """(the earliest moment fencegate may have given up on run `prev`'s
+    attempt `att`, what it is dated from), for a run `nxt` after it."""
+    if killed_within(kills, att["s"], nxt["t_arrive"]):
+        return att["s"], "the first run's attempt (a kill came between)"
+    if att["status"] in (502, 504) and att.get("e") is not None:
+        lat = added_latency(latencies["net-client"], att["s"], att["e"])
+        return att["e"] - lat - GAVE_UP_SLACK_S, "fencegate's 502/504 to the first run's attempt"
+    lat = added_latency(latencies["net-backend"], att["s"], prev["t_arrive"])
+    return (max(att["s"], prev["t_arrive"] - lat - GAVE_UP_SLACK_S),
+            "the first run's arrival at the backend")
 
 
 def check(runs, history, kills, faults, limits):
@@ -152,13 +206,17 @@ def check(runs, history, kills, faults, limits):
     key_op = {}                  # key -> op
     attempts = {}                # attempt id -> {"op", "s", "e", "status", ...}
     types = defaultdict(int)
+    shapes = defaultdict(int)
+    late_hedges = 0
     for ev in history:
         kind = ev["type"]
         types[kind] += 1
         if kind == "invoke":
             ops[ev["op"]] = {"key": ev["key"], "outcome": None, "client": ev.get("client")}
             key_op[ev["key"]] = ev["op"]
+            shapes[ev.get("shape", "plain")] += 1
         elif kind == "attempt":
+            late_hedges += bool(ev.get("late"))
             attempts[ev["attempt"]] = {"op": ev["op"], "s": ev["t"], "e": None, "status": None,
                                        "replayed": False, "error": "", "body": None}
         elif kind == "answer":
@@ -175,6 +233,7 @@ def check(runs, history, kills, faults, limits):
         by_key[rec.get("key")].append(rec)
     kills = sorted(kills)
     spans = backend_fault_spans(faults)
+    latencies = {k: latency_spans(faults, k) for k in ("net-client", "net-backend")}
 
     # at-most-once
     explained = defaultdict(int)
@@ -191,22 +250,61 @@ def check(runs, history, kills, faults, limits):
             if prev.get("attempt") == nxt.get("attempt"):
                 flag("at-most-once", f"key {key}: {_r(prev)}, and again: {_r(nxt)}")
                 continue
-            cause = unstored_cause(prev, att, kills, spans, limits)
+            cause = unstored_cause(prev, att, nxt, kills, spans, limits)
             problems = []
             if cause is None:
                 problems.append("nothing explains why fencegate did not store the first "
                                 "run's answer (no 502/504, no kill, no backend fault)")
             if att is not None:
-                early = nxt["t_arrive"] - att["s"]
+                since, what = gave_up_by(prev, att, nxt, kills, latencies)
+                early = nxt["t_arrive"] - since
                 if early < limits.in_flight_timeout - CLOCK_TOLERANCE_S:
-                    problems.append(f"the second run arrived {early:.3f} s after the first "
-                                    f"run's attempt was sent, before in_flight_timeout "
+                    problems.append(f"the second run arrived {early:.3f} s after fencegate "
+                                    f"may have given up on the first (dated from {what}), "
+                                    f"before in_flight_timeout "
                                     f"({limits.in_flight_timeout:g} s)")
             if problems:
                 flag("at-most-once", f"key {key} ({op}) ran twice: {_r(prev, att)}, then "
                                      f"{_r(nxt)}: " + "; ".join(problems))
             else:
                 explained[cause] += 1
+
+    # after-ack: fencegate relays a fresh 2xx only once its record is
+    # stored, and a stored record is replayed, never run again.
+    acked_at = {}  # key -> when a client first had a 2xx for it
+    for aid, att in attempts.items():
+        status, key = att.get("status"), ops.get(att["op"], {}).get("key")
+        if status is not None and 200 <= status < 300 and att.get("e") is not None:
+            acked_at[key] = min(acked_at.get(key, float("inf")), att["e"])
+    for key, rs in by_key.items():
+        fresh = None  # the first run whose own attempt got a fresh 2xx
+        for r in rs:
+            if fresh is not None:
+                flag("after-ack", f"key {key}: {_r(r)} ran after "
+                                  f"{_r(fresh, attempts.get(fresh.get('attempt')))}, whose "
+                                  f"answer went out as a fresh 2xx")
+                continue
+            if r["t_arrive"] > acked_at.get(key, float("inf")) + CLOCK_TOLERANCE_S:
+                flag("after-ack", f"key {key}: {_r(r)} reached the backend after a client "
+                                  f"had a 2xx for the key (t={acked_at[key]:.3f})")
+            att = attempts.get(r.get("attempt"))
+            if att is not None and att.get("status") is not None and \
+                    200 <= att["status"] < 300 and not att["replayed"]:
+                fresh = r
+
+    # replay-unseen: a replay repeats the answer its operation's client saw.
+    seen = defaultdict(lambda: (set(), set()))  # op -> (fresh bodies, replayed bodies)
+    for aid, att in attempts.items():
+        status = att.get("status")
+        if status is not None and 200 <= status < 300:
+            seen[att["op"]][1 if att["replayed"] else 0].add(att.get("body"))
+    for op, (fresh, replayed) in seen.items():
+        key = ops.get(op, {}).get("key")
+        if fresh and replayed - fresh:
+            flag("replay-unseen", f"key {key} ({op}): replayed {sorted(replayed - fresh)}, "
+                                  f"but its client had the answer {sorted(fresh)}")
+        elif len(replayed) > 1:
+            flag("replay-unseen", f"key {key} ({op}): replayed two answers: {sorted(replayed)}")
 
     # acked-ran, replay-body, refused
     responses = {k: {r["response"] for r in rs} for k, rs in by_key.items()}
@@ -254,5 +352,7 @@ def check(runs, history, kills, faults, limits):
              "refused_other": outcomes["fail"], "unknown": outcomes["info"],
              "applied": n_runs, "keys": len(by_key), "attempts": types["attempt"],
              "replays": replays, "kills": len(kills),
-             "explained_reruns": dict(explained)}
+             "explained_reruns": dict(explained),
+             "slow_uploads": shapes["slow-upload"], "streams": shapes["stream"],
+             "late_hedges": late_hedges}
     return {"violations": violations, "counts": counts, "stats": stats}

@@ -279,13 +279,13 @@ def rerun_after_504():
     """c1-1's first attempt runs at the backend but fencegate gives up
     (504); the retries conflict (409) until in_flight_timeout, then one
     runs again and is answered; a last retry is a replay of that answer."""
-    second = pay_run("c1-1", "K1", "c1-1.4", 12.3, 12.31, 2)
+    second = pay_run("c1-1", "K1", "c1-1.4", 13.3, 13.31, 2)
     history = pay_events("c1-1", "K1", [
         ("c1-1.1", 10.0, 11.02, 504, False, None),
         ("c1-1.2", 11.1, 11.11, 409, False, None),
         ("c1-1.3", 11.4, 11.41, 409, False, None),
-        ("c1-1.4", 12.2, 15.2, None, False, None),  # its answer was lost
-        ("c1-1.5", 15.4, 15.41, 200, True, second["response"]),
+        ("c1-1.4", 13.2, 16.2, None, False, None),  # its answer was lost
+        ("c1-1.5", 16.4, 16.41, 200, True, second["response"]),
     ])
     runs = [pay_run("c1-1", "K1", "c1-1.1", 10.01, 11.5, 1), second]
     return runs, history
@@ -380,6 +380,110 @@ def test_a_rerun_before_in_flight_timeout_is_caught():
     result = check_pay(runs, history)
     assert result["counts"]["at-most-once"] == 1
     assert "before in_flight_timeout" in result["violations"]["at-most-once"][0]
+
+
+def test_a_rerun_is_dated_from_when_fencegate_gave_up_not_from_the_attempt():
+    """A live request's reservation does not expire: a rerun 2.2 s after
+    the first attempt was sent, but 1.2 s after fencegate's 504, is caught;
+    so is one 1.2 s after a slow upload reached the backend."""
+    runs, history = rerun_after_504()
+    runs[1] = dict(runs[1], t_arrive=12.2, t=12.21)
+    result = check_pay(runs, history)
+    assert result["counts"]["at-most-once"] == 1
+    assert "fencegate's 502/504" in result["violations"]["at-most-once"][0]
+    # Latency the nemesis added on the clients' side moves the 504 later
+    # than fencegate decided it: the same rerun is then explained.
+    latency = {"t": 10.5, "fault": "net-client", "mode": "latency", "latency_ms": 125,
+               "seconds": 1.0}
+    assert check_pay(runs, history, faults=[latency])["counts"]["at-most-once"] == 1
+    runs[1] = dict(runs[1], t_arrive=12.45, t=12.46)
+    assert check_pay(runs, history, faults=[latency])["counts"]["at-most-once"] == 0
+    # No answer: dated from the first run's arrival (a slow upload that
+    # arrived whole at 23.0), unless fencegate was killed between.
+    history = pay_events("c1-8", "K8", [
+        ("c1-8.1", 20.0, 26.0, None, False, None),
+        ("c1-8.2", 24.3, 24.35, 200, False, None),
+    ])
+    runs = [pay_run("c1-8", "K8", "c1-8.1", 23.0, 24.1, 1),
+            pay_run("c1-8", "K8", "c1-8.2", 24.31, 24.32, 2)]
+    history[-2]["body"] = runs[1]["response"]
+    result = check_pay(runs, history)
+    assert result["counts"]["at-most-once"] == 1
+    assert "arrival at the backend" in result["violations"]["at-most-once"][0]
+    assert check_pay(runs, history, kills=[23.5])["counts"]["at-most-once"] == 0
+
+
+def test_a_rerun_after_an_answer_withheld_for_the_store_needs_a_kill():
+    """503 store_unavailable: the run's answer is kept in memory while
+    fencegate lives; only a kill lets the key run again."""
+    history = pay_events("c1-9", "K9", [
+        ("c1-9.1", 80.0, 80.5, 503, False, None),
+        ("c1-9.2", 83.0, 83.05, 200, False, None),
+    ])
+    history[2]["error"] = "store_unavailable"
+    runs = [pay_run("c1-9", "K9", "c1-9.1", 80.01, 80.02, 1),
+            pay_run("c1-9", "K9", "c1-9.2", 83.01, 83.02, 2)]
+    history[-2]["body"] = runs[1]["response"]
+    result = check_pay(runs, history, kills=[81.0])
+    assert result["counts"] == {p: 0 for p in idempotent_checker.PROPERTIES}, result
+    assert result["stats"]["explained_reruns"] == {"store": 1}
+    for kills in ([], [79.0], [84.0]):
+        assert check_pay(runs, history, kills=kills)["counts"]["at-most-once"] == 1, kills
+
+
+def test_a_run_after_a_fresh_answer_or_a_seen_replay_is_caught_as_after_ack():
+    """The first run's answer went out fresh (so it was stored): a run
+    after it is a second execution whatever else happened, even where a
+    kill would explain a rerun; and no run may reach the backend after a
+    client had a 2xx for the key."""
+    history = pay_events("c2-1", "L1", [
+        ("c2-1.1", 90.0, 90.05, 200, False, None),
+        ("c2-1.2", 93.0, 93.05, 200, False, None),
+    ])
+    runs = [pay_run("c2-1", "L1", "c2-1.1", 90.01, 90.02, 1),
+            pay_run("c2-1", "L1", "c2-1.2", 93.01, 93.02, 2)]
+    history[2]["body"], history[4]["body"] = runs[0]["response"], runs[1]["response"]
+    result = check_pay(runs, history, kills=[90.03])
+    assert result["counts"]["after-ack"] == 1, result
+    assert "fresh 2xx" in result["violations"]["after-ack"][0]
+    # The first attempt's answer lost (a kill explains the rerun), but a
+    # hedged copy had a replay of it before the second run arrived.
+    history = pay_events("c2-2", "L2", [
+        ("c2-2.1", 100.0, 103.0, None, False, None),
+        ("c2-2.2", 100.5, 100.55, 200, True, None),
+        ("c2-2.3", 103.1, 103.15, 200, False, None),
+    ])
+    runs = [pay_run("c2-2", "L2", "c2-2.1", 100.01, 100.02, 1),
+            pay_run("c2-2", "L2", "c2-2.3", 103.11, 103.12, 2)]
+    history[4]["body"], history[6]["body"] = runs[0]["response"], runs[1]["response"]
+    result = check_pay(runs, history, kills=[100.03])
+    assert result["counts"]["at-most-once"] == 0, result
+    assert result["counts"]["after-ack"] == 1
+    assert "after a client had a 2xx" in result["violations"]["after-ack"][0]
+
+
+def test_a_replay_of_an_execution_the_client_never_saw_is_caught():
+    """The client had run 1's answer fresh; a later repeat replayed run 2's
+    (the key ran again and its record was replaced)."""
+    history = pay_events("c2-3", "L3", [
+        ("c2-3.1", 110.0, 110.05, 200, False, None),
+        ("c2-3.2", 115.0, 115.05, 200, True, None),
+    ])
+    runs = [pay_run("c2-3", "L3", "c2-3.1", 110.01, 110.02, 1),
+            pay_run("c2-3", "L3", "c2-3.9", 112.0, 112.01, 2)]
+    history[2]["body"], history[4]["body"] = runs[0]["response"], runs[1]["response"]
+    result = check_pay(runs, history)
+    assert result["counts"]["replay-unseen"] == 1
+    assert "its client had the answer" in result["violations"]["replay-unseen"][0]
+    # Two different replays of one operation are caught as well.
+    history = pay_events("c2-3", "L3", [
+        ("c2-3.1", 110.0, 113.0, None, False, None),
+        ("c2-3.2", 115.0, 115.05, 200, True, runs[1]["response"]),
+        ("c2-3.3", 116.0, 116.05, 200, True, runs[0]["response"]),
+    ])
+    result = check_pay(runs, history)
+    assert result["counts"]["replay-unseen"] == 1
+    assert "two answers" in result["violations"]["replay-unseen"][0]
 
 
 def test_a_replay_body_mismatch_is_caught():
