@@ -25,7 +25,9 @@ backend listener of a replica (its "door") that was paused after the
 client sent the write and resumed before the backend applied it; any other
 stale apply is a violation. stats["window"] counts them and
 stats["window_held_max_s"] is the longest such write took from its client
-to the backend.
+to the backend. stats["moves"] counts the keys' moves between replicas: a
+key's applied write that came through another door than the key's
+previous one.
 
 Every violation comes with its minimal witness: the two writes (or the write
 and the fence), their tokens and CLOCK_MONOTONIC times.
@@ -245,10 +247,15 @@ def check(applied, history, restarts, check_fence=True, windows=None):
 
     top = {}           # token-order: key -> highest applied record so far
     n_applied, applied_keys = 0, set()
+    door_of, moves = {}, 0  # replicas: the door each key's last write came through
     for rec in applied:
         n_applied += 1
         key, token = rec["key"], rec.get("token")
         applied_keys.add(key)
+        door = rec.get("door")
+        if door is not None:
+            moves += door_of.setdefault(key, door) != door
+            door_of[key] = door
         outcomes.applied(rec.get("write"))
         # token-order: per key, in apply order.
         if token is None:
@@ -271,6 +278,8 @@ def check(applied, history, restarts, check_fence=True, windows=None):
         outcomes.fence_restart(findings, restarts)
 
     stats = dict(outcomes.stats(n_applied), keys=len(applied_keys))
+    if door_of:
+        stats["moves"] = moves
     if windows is not None:
         stats["replica_pauses"] = len(windows)
         stats["window"] = len(explained)

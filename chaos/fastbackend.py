@@ -2,6 +2,7 @@
 """A backend for thousands of writes a second: one thread, one selector.
 
     fastbackend.py [--log applied.jsonl] [--long-key-bytes N] [--port 0]
+                   [--listeners N] [--write-ms MS]
 
 chaos/backend.py takes a thread and an fsync per write, which caps it at a
 few hundred writes a second; this one answers the same PUT /objects/<key>
@@ -20,6 +21,12 @@ backend: nobody kills this process, so the page cache is enough. With
 --long-key-bytes N, a key of exactly N bytes (the path after /objects/)
 of the form NAME/xxx...x is logged as NAME, so that the logs of a volume
 run do not repeat each long key a million times.
+
+With --listeners N (replicas in front, one listener each) it listens on N
+ports, prints them on its first stdout line separated by spaces, and adds
+`"door": i` to each record, as chaos/backend.py does. With --write-ms MS
+every write takes MS at the head of its key's queue (a backend that works:
+later writes of the key wait behind it, writes of other keys do not).
 
 POST /__chaos/delay {"ms": 150, "for_ms": 2000} delays every write that
 reaches the head of its key's queue in the next `for_ms` by `ms`, as in
@@ -58,10 +65,11 @@ BAD_REQUEST = response(400, "Bad Request", b'{"error":"bad_request"}', close=Tru
 
 
 class Conn:
-    __slots__ = ("sock", "inbuf", "outbuf", "busy", "closing")
+    __slots__ = ("sock", "door", "inbuf", "outbuf", "busy", "closing")
 
-    def __init__(self, sock):
+    def __init__(self, sock, door=None):
         self.sock = sock
+        self.door = door  # the listener's index when there are several
         self.inbuf = b""
         self.outbuf = b""
         self.busy = False  # a request of this connection is queued: read no further
@@ -69,7 +77,7 @@ class Conn:
 
 
 class Backend:
-    def __init__(self, log_path, long_key_bytes):
+    def __init__(self, log_path, long_key_bytes, write_s=0.0):
         self.sel = selectors.DefaultSelector()
         self.log = open(log_path, "ab") if log_path else None
         self.pending_log = []
@@ -79,6 +87,7 @@ class Backend:
         self.seq = 0
         self.delay_s = 0.0
         self.delay_until = 0.0
+        self.write_s = write_s
         self.applied = 0
         self.stopping = False
 
@@ -103,6 +112,8 @@ class Backend:
             rec = {"key": self.log_key(key), "token": token,
                    "client": client.decode() if client else None,
                    "write": write.decode() if write else None}
+            if conn.door is not None:
+                rec["door"] = conn.door
             q = self.queues.get(key)
             if q is None:
                 q = self.queues[key] = deque()
@@ -126,9 +137,10 @@ class Backend:
         """The head of a key's queue: applied now, or after the nemesis'
         delay (later writes of the key wait behind it)."""
         now = time.monotonic()
-        if now < self.delay_until and self.delay_s > 0:
+        delay = self.write_s + (self.delay_s if now < self.delay_until else 0.0)
+        if delay > 0:
             self.seq += 1
-            heapq.heappush(self.timers, (now + self.delay_s, self.seq, key))
+            heapq.heappush(self.timers, (now + delay, self.seq, key))
         else:
             self.apply_head(key)
 
@@ -229,8 +241,11 @@ class Backend:
             self.log.flush()
             self.pending_log = []
 
-    def serve(self, listener, wakeup):
-        self.sel.register(listener, selectors.EVENT_READ, "accept")
+    def serve(self, listeners, wakeup):
+        doors = len(listeners) > 1
+        for i, listener in enumerate(listeners):
+            self.sel.register(listener, selectors.EVENT_READ, ("accept", listener,
+                                                               i if doors else None))
         self.sel.register(wakeup, selectors.EVENT_READ, "stop")
         next_flush = time.monotonic() + FLUSH_EVERY_S
         while not self.stopping:
@@ -239,14 +254,15 @@ class Backend:
             if self.timers:
                 timeout = min(timeout, self.timers[0][0] - now)
             for key, events in self.sel.select(max(timeout, 0)):
-                if key.data == "accept":
+                if isinstance(key.data, tuple):
+                    _, listener, door = key.data
                     try:
                         sock, _ = listener.accept()
                     except OSError:
                         continue
                     sock.setblocking(False)
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    conn = Conn(sock)
+                    conn = Conn(sock, door)
                     self.sel.register(sock, selectors.EVENT_READ, conn)
                 elif key.data == "stop":
                     self.stopping = True
@@ -280,19 +296,27 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--log", help="the applied-writes log (JSON lines); none: count only")
     ap.add_argument("--long-key-bytes", type=int, default=0)
+    ap.add_argument("--listeners", type=int, default=1,
+                    help="listen on this many ports (--port must be 0 for more than one)")
+    ap.add_argument("--write-ms", type=float, default=0.0, help="time each write takes")
     args = ap.parse_args()
+    if args.listeners < 1 or (args.listeners > 1 and args.port != 0):
+        ap.error("--listeners must be at least 1, and --port 0 for more than one")
     wake_r, wake_w = socket.socketpair()
     wake_w.setblocking(False)
     signal.set_wakeup_fd(wake_w.fileno())
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)  # the wake-up fd ends the loop
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", args.port))
-    listener.listen(1024)
-    listener.setblocking(False)
-    print(listener.getsockname()[1], flush=True)
-    Backend(args.log, args.long_key_bytes).serve(listener, wake_r)
+    listeners = []
+    for _ in range(args.listeners):
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", args.port))
+        listener.listen(1024)
+        listener.setblocking(False)
+        listeners.append(listener)
+    print(" ".join(str(ln.getsockname()[1]) for ln in listeners), flush=True)
+    Backend(args.log, args.long_key_bytes, args.write_ms / 1000.0).serve(listeners, wake_r)
     return 0
 
 

@@ -124,6 +124,22 @@ def test_a_stale_write_the_pauses_do_not_explain_is_a_violation():
         assert result["stats"]["window"] == 0
 
 
+def test_moves_count_a_keys_writes_changing_replica():
+    log, history, _ = replica_window()
+    assert checker.check(log, history, [])["stats"]["moves"] == 1
+    same_door = [dict(e, door=1) for e in log]
+    assert checker.check(same_door, history, [])["stats"]["moves"] == 0
+    # Back and forth over two keys: k moves twice, j once.
+    hops = [dict(applied("c1", f"w{i}", key, i, float(i)), door=door)
+            for i, (key, door) in enumerate([("k", 0), ("j", 2), ("k", 1), ("j", 0), ("k", 0)])]
+    hist = [ev for i, rec in enumerate(hops)
+            for ev in (inv("c1", rec["write"], rec["key"], i, i - 0.5),
+                       done("ok", "c1", rec["write"], rec["key"], i, i + 0.1))]
+    assert checker.check(hops, hist, [])["stats"]["moves"] == 3
+    # Without doors (one fencegate) there is nothing to count.
+    assert "moves" not in checker.check(clean()[0], clean()[1], [])["stats"]
+
+
 def test_refused_write_applied_breaks_exactly_once():
     log, history, restarts = clean()
     log.append(applied("c1", "c1-2", "k", 1, 3.05))

@@ -1,6 +1,7 @@
 """fastbackend.py through its socket: a write delayed by the nemesis keeps
 its key's later writes behind it, other keys pass; long keys are logged by
-name."""
+name; with several listeners each write names its door, and --write-ms
+makes each write take its time at the head of its key's queue."""
 
 import http.client
 import json
@@ -16,8 +17,8 @@ def start(tmp_path, *args):
     log = tmp_path / "applied.jsonl"
     p = subprocess.Popen([sys.executable, os.path.join(HERE, "fastbackend.py"), "--log", str(log),
                           *args], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    port = int(p.stdout.readline())
-    return p, port, log
+    ports = [int(x) for x in p.stdout.readline().split()]
+    return p, (ports[0] if len(ports) == 1 else ports), log
 
 
 def stop(p, log):
@@ -81,3 +82,22 @@ def test_long_keys_are_logged_by_name(tmp_path):
     finally:
         records = stop(p, log)
     assert [r["key"] for r in records] == ["L0001", "L0002/" + "x" * 33 + "y", "s3"]
+
+
+def test_doors_and_the_time_a_write_takes(tmp_path):
+    p, ports, log = start(tmp_path, "--listeners", "2", "--write-ms", "200")
+    try:
+        a = put(ports[0], "/objects/k", 1, "a")
+        deadline = time.monotonic() + 10
+        while stats(ports[0])["queued"] < 1:  # a condition, polled with a deadline
+            assert time.monotonic() < deadline, "write a was never read"
+        b = put(ports[1], "/objects/k", 2, "b")
+        c = put(ports[1], "/objects/j", 3, "c")
+        for conn in (a, b, c):
+            assert conn.getresponse().status == 204
+    finally:
+        records = stop(p, log)
+    by_write = {r["write"]: r for r in records}
+    assert sorted((r["write"], r["door"]) for r in records) == [("a", 0), ("b", 1), ("c", 1)]
+    # b waited behind a, then took its own 200 ms; c, another key, did not.
+    assert by_write["b"]["t"] - by_write["a"]["t"] >= 0.19

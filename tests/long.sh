@@ -9,8 +9,10 @@
 #          (TSAN_REPEAT=20 tests/tsan.sh; CI: once)
 #   fuzz   every libFuzzer target for an hour (tests/fuzz/run.sh --long; CI:
 #          5 s each)
-#   chaos  every chaos configuration for 3 hours (chaos/run --long; CI: 45 s
-#          each), against the default build's binary
+#   chaos  every default chaos configuration for 3 hours (chaos/run --long;
+#          CI: 45 s each), then replicas at volume (cluster-volume: at least
+#          100 key moves and 100,000 acknowledged writes), against the
+#          default build's binary
 #
 #   bash tests/long.sh                 # all four: about a day
 #   bash tests/long.sh tidy tsan       # some of them
@@ -39,7 +41,9 @@ for stage in "${stages[@]}"; do
     chaos)
       { (cd "$ROOT" && cmake --preset default -B "$BUILD" >/dev/null) &&
         cmake --build "$BUILD" --target fencegate &&
-        "$ROOT/chaos/run" --long --fencegate "$BUILD/app/fencegate"; } || rc=$?
+        "$ROOT/chaos/run" --long --fencegate "$BUILD/app/fencegate" &&
+        "$ROOT/chaos/run" --long --configs cluster-volume --fencegate "$BUILD/app/fencegate"; } ||
+        rc=$?
       ;;
     *) echo "long suite: unknown stage $stage (tidy, tsan, fuzz or chaos)" >&2; exit 2 ;;
   esac

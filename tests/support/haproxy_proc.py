@@ -20,7 +20,9 @@ IO_TIMEOUT = float(os.environ.get("FENCEGATE_TEST_IO_TIMEOUT", "20"))
 class HAProxy:
     """haproxy -db on the recipe, with the replicas' addresses in its
     environment, plus a test-only global section that opens a stats socket
-    (to see which servers are up). Started through `procs`, so it is stopped
+    (to see which servers are up). With three replicas, the recipe's
+    commented third-replica lines are uncommented (in a copy in work_dir),
+    as its comment tells an operator to do. Started through `procs`, so it is stopped
     by its PID. HAProxy cannot listen on port 0: a free port is picked, and
     another one if a process takes it first."""
 
@@ -32,6 +34,18 @@ class HAProxy:
         extra = os.path.join(work_dir, "haproxy-stats.cfg")
         with open(extra, "w") as f:
             f.write(f"global\n    stats socket {self.socket_path} mode 600 level admin\n")
+        recipe = RECIPE
+        if len(replicas) > 2:
+            with open(RECIPE) as f:
+                text = f.read()
+            third = '    # server fencegate3 "${FENCEGATE_3}"'
+            if len(replicas) > 3 or third not in text:
+                raise ProcessError(f"the recipe names up to 3 replicas, not {len(replicas)}")
+            recipe = os.path.join(work_dir, "haproxy-fencegate.cfg")
+            with open(recipe, "w") as f:
+                f.write(text.replace(third, '    server fencegate3 "${FENCEGATE_3}"'))
+            # The files the recipe names beside it (its errorfile).
+            shutil.copy(os.path.join(os.path.dirname(RECIPE), "503.http"), work_dir)
         env = dict(os.environ)
         for i, gate in enumerate(replicas, 1):
             env[f"FENCEGATE_{i}"] = "%s:%d" % gate.proxy
@@ -41,7 +55,7 @@ class HAProxy:
             env["FENCEGATE_FRONT"] = f"127.0.0.1:{port}"
             self.log_path = os.path.join(work_dir, f"haproxy-{attempt}.stderr")
             with open(self.log_path, "wb") as log:
-                self.proc = procs.start([HAPROXY, "-db", "-f", RECIPE, "-f", extra], env=env,
+                self.proc = procs.start([HAPROXY, "-db", "-f", recipe, "-f", extra], env=env,
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             if self._wait_accepting(port):
                 self.addr = ("127.0.0.1", port)
