@@ -56,9 +56,10 @@ A further run N after run P (in arrival order) is explained when both hold:
      expires, and one whose outcome is unknown is kept for
      in_flight_timeout from then: when fencegate gave up is known from the
      502 or 504 (its answer's arrival, less any latency the nemesis added
-     on the clients' side and GAVE_UP_SLACK_S), or, with no answer, from
-     P's arrival at the backend (less any latency added on the backend's
-     side and GAVE_UP_SLACK_S). After a kill between P's attempt and N only
+     on the clients' side and GAVE_UP_SLACK_S, when the nemesis did not
+     pause the client while it waited: a paused client reads its answer
+     late), or otherwise from P's arrival at the backend (less any latency
+     added on the backend's side and GAVE_UP_SLACK_S). After a kill between P's attempt and N only
      the store's reservation is left, which a crash may have left unrenewed
      since it was made: then from P's attempt's sending.
 
@@ -146,6 +147,20 @@ def added_latency(spans, start, end):
     return max((lat for s, e, lat in spans if s <= end and e >= start), default=0.0)
 
 
+def pause_spans(faults):
+    """{client: [(start, end)]} of the nemesis' client pauses (a record
+    that names no client: None, which counts for every client)."""
+    spans = defaultdict(list)
+    for f in faults:
+        if f.get("fault") == "pause":
+            spans[f.get("client")].append((f["t"], f["t"] + f.get("seconds", 0) + FAULT_SLACK_S))
+    return spans
+
+
+def paused_within(pauses, client, start, end):
+    return any(s <= end and e >= start for s, e in pauses.get(client, []) + pauses.get(None, []))
+
+
 def killed_within(kills, start, end):
     i = bisect.bisect_left(kills, start - CLOCK_TOLERANCE_S)
     return i < len(kills) and kills[i] <= end
@@ -174,12 +189,14 @@ def unstored_cause(prev, att, nxt, kills, spans, limits):
     return None
 
 
-def gave_up_by(prev, att, nxt, kills, latencies):
+def gave_up_by(prev, att, nxt, kills, latencies, paused):
     """(the earliest moment fencegate may have given up on run `prev`'s
-    attempt `att`, what it is dated from), for a run `nxt` after it."""
+    attempt `att`, what it is dated from), for a run `nxt` after it.
+    `paused`: whether the attempt's client was paused while it waited (it
+    then saw a 502 or 504 late)."""
     if killed_within(kills, att["s"], nxt["t_arrive"]):
         return att["s"], "the first run's attempt (a kill came between)"
-    if att["status"] in (502, 504) and att.get("e") is not None:
+    if att["status"] in (502, 504) and att.get("e") is not None and not paused:
         lat = added_latency(latencies["net-client"], att["s"], att["e"])
         return att["e"] - lat - GAVE_UP_SLACK_S, "fencegate's 502/504 to the first run's attempt"
     lat = added_latency(latencies["net-backend"], att["s"], prev["t_arrive"])
@@ -234,6 +251,7 @@ def check(runs, history, kills, faults, limits):
     kills = sorted(kills)
     spans = backend_fault_spans(faults)
     latencies = {k: latency_spans(faults, k) for k in ("net-client", "net-backend")}
+    pauses = pause_spans(faults)
 
     # at-most-once
     explained = defaultdict(int)
@@ -256,7 +274,9 @@ def check(runs, history, kills, faults, limits):
                 problems.append("nothing explains why fencegate did not store the first "
                                 "run's answer (no 502/504, no kill, no backend fault)")
             if att is not None:
-                since, what = gave_up_by(prev, att, nxt, kills, latencies)
+                paused = paused_within(pauses, ops.get(att["op"], {}).get("client"), att["s"],
+                                       att["e"] if att.get("e") is not None else att["s"])
+                since, what = gave_up_by(prev, att, nxt, kills, latencies, paused)
                 early = nxt["t_arrive"] - since
                 if early < limits.in_flight_timeout - CLOCK_TOLERANCE_S:
                     problems.append(f"the second run arrived {early:.3f} s after fencegate "

@@ -414,6 +414,13 @@ def test_a_rerun_is_dated_from_when_fencegate_gave_up_not_from_the_attempt():
     assert check_pay(runs, history, faults=[latency])["counts"]["at-most-once"] == 1
     runs[1] = dict(runs[1], t_arrive=12.45, t=12.46)
     assert check_pay(runs, history, faults=[latency])["counts"]["at-most-once"] == 0
+    # A client the nemesis paused while it waited reads its 504 late: the
+    # give-up is then dated from the first run's arrival (10.01 s).
+    runs[1] = dict(runs[1], t_arrive=12.2, t=12.21)
+    pause = {"t": 10.8, "fault": "pause", "pid": 1, "client": "c1", "seconds": 1.5}
+    assert check_pay(runs, history, faults=[pause])["counts"]["at-most-once"] == 0
+    assert check_pay(runs, history, faults=[dict(pause, client="c2")])["counts"][
+        "at-most-once"] == 1
     # No answer: dated from the first run's arrival (a slow upload that
     # arrived whole at 23.0), unless fencegate was killed between.
     history = pay_events("c1-8", "K8", [
