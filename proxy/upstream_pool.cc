@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <boost/asio/connect.hpp>
@@ -75,13 +76,14 @@ UpstreamPool::Connection UpstreamPool::TakeIdle(bool probe) {
     Connection c = std::move(idle_.back().connection);
     Clock::time_point since = idle_.back().since;
     idle_.pop_back();
+    beast::error_code ignored;
+    c->socket().cancel(ignored);  // its watch: the handler finds it gone
     if (!now) now = Clock::now();
     if ((!probe && *now - since < kProbeAfter) || LooksAlive(*c)) {
       Bump(counters_.reused);
       return c;
     }
     Bump(counters_.dropped);
-    beast::error_code ignored;
     c->socket().close(ignored);
   }
   return nullptr;
@@ -208,9 +210,33 @@ UpstreamPool::Unread UpstreamPool::Release(Connection connection) {
     return unread;
   }
   connection->expires_never();
-  idle_.push_back(Idle{std::move(connection), Clock::now()});
+  idle_.push_back(Idle{std::move(connection), Clock::now(), next_idle_id_++});
+  Watch(idle_.back());
   if (idle_.size() > config_.max_idle_connections && !trim_pending_) ScheduleTrim();
   return Unread::kNothing;
+}
+
+void UpstreamPool::Watch(const Idle& entry) {
+  // The socket is registered with the reactor already: the wait queues an
+  // operation and costs no system call. Peek above saw nothing, and bytes
+  // arriving from here on raise a new readiness event.
+  entry.connection->socket().async_wait(
+      tcp::socket::wait_read, [this, id = entry.id](const boost::system::error_code& ec) {
+        if (ec == asio::error::operation_aborted) return;  // taken, trimmed or closed
+        OnIdleReadable(id);
+      });
+}
+
+void UpstreamPool::OnIdleReadable(uint64_t id) {
+  auto it = std::find_if(idle_.begin(), idle_.end(), [id](const Idle& e) { return e.id == id; });
+  if (it == idle_.end()) return;
+  // An idle connection has nothing to say: this is a close, or bytes nobody
+  // asked for (a late response, a 408 before a close), which a request
+  // reusing it would take for its answer.
+  Bump(counters_.dropped);
+  beast::error_code ignored;
+  it->connection->socket().close(ignored);
+  idle_.erase(it);
 }
 
 void UpstreamPool::ScheduleTrim() {

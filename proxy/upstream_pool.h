@@ -7,7 +7,11 @@
 // fenced write is not sent on a connection that is dead and no request
 // reads bytes sent before it as its answer; a retryable request skips the
 // check before reuse on a recently used connection (see kProbeAfter in the
-// source).
+// source). While it sits idle a connection is watched by the event loop
+// (a wait for readability, no system call of its own): whatever the backend
+// sends on it then (a late second response, a 408 before it closes, a
+// close) drops it at once, as nginx does with its cached upstream
+// connections, so those bytes never reach a client.
 //
 // max_idle_connections is what stays idle once a burst has passed: a
 // connection released while that many are already idle is kept too, and
@@ -121,6 +125,7 @@ class UpstreamPool final : public Courier {
   struct Idle {
     Connection connection;
     Clock::time_point since;  // when it was released
+    uint64_t id;              // names it to its watch (Watch)
   };
   // The newest idle connection that passes the probe (or, without `probe`,
   // was released less than kProbeAfter ago); dead ones are closed on the way.
@@ -128,6 +133,10 @@ class UpstreamPool final : public Courier {
   void Connect(Handler handler);
   void Handshake(const std::shared_ptr<Connection>& stream, Handler handler);
   static bool LooksAlive(Stream& stream) { return Peek(stream) == Unread::kNothing; }
+  // Waits for the idle connection `entry` to become readable; if it is still
+  // idle then (not taken, trimmed or cleared meanwhile), it is closed.
+  void Watch(const Idle& entry);
+  void OnIdleReadable(uint64_t id);
   // One writer (the pool's thread): a plain load and store.
   static void Bump(std::atomic<uint64_t>& a) {
     a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -147,6 +156,7 @@ class UpstreamPool final : public Courier {
   std::vector<Idle> idle_;  // oldest first; owned by the io_context's thread
   boost::asio::steady_timer trim_timer_;
   bool trim_pending_ = false;
+  uint64_t next_idle_id_ = 0;
   bool cleared_ = false;
   Counters counters_;
 };

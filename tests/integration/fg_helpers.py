@@ -393,13 +393,17 @@ class ScriptedBackend:
     the end of its head; these tests send no request bodies to it) with the
     bytes `script` maps its target to, closing afterwards when the answer
     says so, and keeps every byte each connection received. `tls`: a
-    server-side ssl.SSLContext to speak TLS."""
+    server-side ssl.SSLContext to speak TLS. A script entry may carry a
+    third item, (seconds, stray bytes, close): that long after the answer
+    the backend sends the stray bytes on the idle connection (and closes
+    it with close), then counts them in `strays`."""
 
     def __init__(self, script, tls=None):
         self.script = script
         self.tls = tls
         self.received = []  # one bytearray per accepted connection
         self.heads = []     # every request head read, in order
+        self.strays = 0     # stray sends done
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -448,12 +452,25 @@ class ScriptedBackend:
                     parts = head.split(b" ")
                     if len(parts) < 3 or parts[1].decode() not in self.script:
                         return  # not a request we know: drop the connection
-                    answer, close = self.script[parts[1].decode()]
+                    answer, close, *later = self.script[parts[1].decode()]
                     conn.sendall(answer)
+                    if later:
+                        threading.Thread(target=self._stray, args=(conn, *later[0]),
+                                         daemon=True).start()
                     if close:
                         return
             except OSError:  # the peer reset the connection, or closed TLS without close_notify
                 return
+
+    def _stray(self, conn, seconds, data, close):
+        time.sleep(seconds)  # the scripted moment of the stray bytes, not synchronisation
+        try:
+            conn.sendall(data)
+            if close:
+                conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.strays += 1
 
     def close(self):
         self.sock.close()

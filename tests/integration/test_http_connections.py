@@ -483,3 +483,45 @@ def test_bytes_beyond_a_response_never_answer_the_next_request(make_gate, method
         assert "beyond its response" in gate.stderr_tail(), gate.stderr_tail()
     finally:
         backend.close()
+
+
+REQUEST_TIMEOUT_408 = (b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                       b"Content-Length: 0\r\n\r\n")
+
+
+@pytest.mark.parametrize("seconds,stray,close", [
+    pytest.param(0.05, SMUGGLED, False, id="late-response-50ms"),
+    pytest.param(0.15, SMUGGLED, False, id="late-response-150ms"),
+    pytest.param(0.9, SMUGGLED, False, id="late-response-900ms"),
+    pytest.param(0.1, REQUEST_TIMEOUT_408, True, id="408-then-close"),
+])
+def test_bytes_a_backend_sends_on_an_idle_connection_never_answer_a_request(
+        make_gate, seconds, stray, close):
+    """A backend that sends bytes on a kept-alive connection after its
+    answer, while the connection sits idle in fencegate's pool: a late
+    second response, or a 408 before it closes. The next request, a GET
+    that would reuse the pooled connection without probing it (it was
+    released less than a second ago), must get the backend's real answer
+    on another connection."""
+    backend = ScriptedBackend({
+        "/first": (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", False,
+                   (seconds, stray, close)),
+        "/second": (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal", False),
+    })
+    try:
+        gate = make_gate(threads=1, upstream={"url": f"http://127.0.0.1:{backend.port}"})
+        with RawConnection(gate.proxy) as c:
+            c.send("GET", "/first", close=False)
+            first = c.read_response()
+            assert first.status == 200 and first.body == b"hello", first
+            deadline = time.monotonic() + IO_TIMEOUT
+            while backend.strays == 0:  # a condition, polled with a deadline
+                assert time.monotonic() < deadline, "the backend never sent its stray bytes"
+                time.sleep(0.005)
+            c.send("GET", "/second", close=False)
+            second = c.read_response()
+            assert second.status == 200 and second.body == b"real", \
+                f"the second request got bytes the backend sent on an idle connection: {second}"
+        assert len(backend.received) == 2, "the second request went on the first connection"
+    finally:
+        backend.close()

@@ -41,14 +41,19 @@ class UpstreamPoolTest : public ::testing::Test {
   // A new connection of `pool`, not yet released; `peer` is the backend's end.
   UpstreamPool::Connection Connect(UpstreamPool& pool, asio::io_context& ioc, tcp::socket& peer) {
     UpstreamPool::Connection c;
+    bool done = false;
     pool.Acquire(
         [&](error_code ec, UpstreamPool::Connection conn, bool) {
           EXPECT_FALSE(ec) << ec.message();
           c = std::move(conn);
+          done = true;
         },
         /*fresh=*/true);
     ioc.restart();
-    ioc.run();  // the connect completes from the backlog, before accept
+    // The connect completes from the backlog, before accept. Not run():
+    // the pool's idle connections are watched, which is work that stays.
+    while (!done && ioc.run_one() > 0) {
+    }
     if (c) acceptor_.accept(peer);
     return c;
   }
@@ -165,6 +170,14 @@ TEST_F(UpstreamPoolTest, ABurstBeyondTheLimitStaysIdleUntilTheLeastRecentlyUsedE
   EXPECT_GE(UpstreamPool::Clock::now() - released, UpstreamPool::kBurstGrace);
   // The three released first went; the two released last are kept.
   for (int i = 0; i < 5; ++i) EXPECT_EQ(Closed(peers[i]), i < 3) << "connection " << i;
+  // The backend closes the two kept: each one's watch drops it. Then no
+  // work is left: no trim waits.
+  peers[3].close();
+  peers[4].close();
+  while (pool.idle() > 0 && UpstreamPool::Clock::now() < deadline) {
+    ioc.run_one_until(deadline);
+  }
+  EXPECT_EQ(pool.idle(), 0u);
   ioc.poll();
   EXPECT_TRUE(ioc.stopped()) << "a trim still waits";
 }
@@ -243,6 +256,48 @@ TEST_F(UpstreamPoolTest, AConnectionWithBytesWaitingIsClosedNotPooled) {
   ASSERT_TRUE(Readable(c));
   EXPECT_EQ(pool.Release(std::move(c)), UpstreamPool::Unread::kClosed);
   EXPECT_EQ(pool.idle(), 1u);
+}
+
+TEST_F(UpstreamPoolTest, WhatTheBackendSendsOnAnIdleConnectionDropsIt) {
+  asio::io_context ioc;
+  UpstreamPool pool(ioc, config_);
+  tcp::socket quiet(backend_);
+  tcp::socket late(backend_);
+  UpstreamPool::Connection a = Connect(pool, ioc, quiet);
+  UpstreamPool::Connection b = Connect(pool, ioc, late);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(pool.Release(std::move(a)), UpstreamPool::Unread::kNothing);
+  EXPECT_EQ(pool.Release(std::move(b)), UpstreamPool::Unread::kNothing);
+  ASSERT_EQ(pool.idle(), 2u);
+
+  // A late second response, after the connection went back to the pool:
+  // the event loop sees it and the pool closes that connection, before any
+  // request can take it.
+  asio::write(late,
+              asio::buffer(std::string_view("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")));
+  const auto deadline = UpstreamPool::Clock::now() + std::chrono::seconds(10);
+  ioc.restart();
+  while (pool.idle() > 1 && UpstreamPool::Clock::now() < deadline) ioc.run_one_until(deadline);
+  ASSERT_EQ(pool.idle(), 1u);
+  EXPECT_EQ(pool.counters().dropped.load(), 1u);
+  EXPECT_TRUE(Closed(late));
+  EXPECT_FALSE(Closed(quiet));
+
+  // The quiet one is handed out; its cancelled watch does not close it
+  // later, and bytes on it now are its exchange's.
+  UpstreamPool::Connection taken;
+  pool.Acquire([&](error_code ec, UpstreamPool::Connection c, bool reused) {
+    EXPECT_FALSE(ec);
+    EXPECT_TRUE(reused);
+    taken = std::move(c);
+  });
+  ASSERT_TRUE(taken);
+  asio::write(quiet, asio::buffer(std::string_view("x")));
+  ASSERT_TRUE(Readable(taken));
+  ioc.poll();
+  EXPECT_EQ(pool.counters().dropped.load(), 1u);
+  EXPECT_FALSE(Closed(quiet));
+  EXPECT_TRUE(taken->socket().is_open());
 }
 
 }  // namespace
