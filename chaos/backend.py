@@ -43,7 +43,8 @@ read whole, `t` when it was applied, just before the answer) and answered
 so that a replay names the run whose answer it repeats. A payment with
 `X-Chaos-Stream-Ms: N` gets that body in STREAM_PIECES pieces, N ms apart
 (a response streamed slowly, each piece well within fencegate's
-upstream.timeout); its record is logged before the first piece goes.
+upstream.timeout); its record, logged before the first piece goes, has
+`stream_ms`: how long the pieces take.
 """
 
 import argparse
@@ -58,6 +59,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PREFIX = "/objects/"
 PAY_PREFIX = "/pay/"
 STREAM_PIECES = 6
+
+
+def stream_gap_ms(headers):
+    try:
+        return int(headers.get("X-Chaos-Stream-Ms") or 0)
+    except ValueError:
+        return 0
 
 
 class State:
@@ -201,13 +209,13 @@ class Handler(BaseHTTPRequestHandler):
             record = {"key": key, "op": op, "client": self.headers.get("X-Chaos-Client"),
                       "attempt": attempt, "account": account, "t_arrive": t_arrive,
                       "t": time.monotonic(), "response": response.decode()}
+            gap_ms = stream_gap_ms(self.headers)
+            if gap_ms > 0:
+                record["stream_ms"] = gap_ms * STREAM_PIECES
             st.apply(PAY_PREFIX + account, record, body)
         finally:
             st.done(PAY_PREFIX + account)
-        try:
-            gap_ms = int(self.headers.get("X-Chaos-Stream-Ms") or 0)
-        except ValueError:
-            gap_ms = 0
+        gap_ms = stream_gap_ms(self.headers)
         if gap_ms <= 0:
             return self.reply(200, response)
         self.send_response(200)

@@ -39,8 +39,9 @@ A further run N after run P (in arrival order) is explained when both hold:
        kill            fencegate was SIGKILLed after P's attempt was sent
                        and before it could have stored the answer: no
                        later than STORE_GRACE_S after the backend answered
-                       P, or, when the attempt got no HTTP answer, before
-                       the client stopped waiting for it;
+                       P (after its last piece, for a streamed answer), or,
+                       when the attempt got no HTTP answer, before the
+                       client stopped waiting for it;
        store           P's attempt got 503 store_unavailable (the run's
                        answer could not be stored, and is kept in memory
                        while fencegate lives), and fencegate was SIGKILLed
@@ -180,7 +181,8 @@ def unstored_cause(prev, att, nxt, kills, spans, limits):
         return None  # fencegate answered otherwise: not an upstream failure, and alive
     s, p = att["s"], prev["t"]
     e = att["e"] if att.get("e") is not None else float("inf")
-    if killed_within(kills, s, max(e, p + STORE_GRACE_S)):
+    answered = p + prev.get("stream_ms", 0) / 1000.0  # its last piece
+    if killed_within(kills, s, max(e, answered + STORE_GRACE_S)):
         return "kill"
     if p - s >= limits.upstream_timeout:
         return "upstream-unseen"
