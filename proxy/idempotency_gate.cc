@@ -291,6 +291,18 @@ void IdempotencyGate::OnReserved(const Status& status, storage::Reservation rese
   }
   if (!status.ok()) return StoreError(status, "reserving the key");
   auto& counters = session_.ctx_.idempotency_counters;
+  if (reservation.reserved && NowMs() + in_flight_.count() / 2 >= created_ms_ + in_flight_.count()) {
+    // The store decided so late (it was slow or unreachable) that the
+    // reservation has less than half its time left, or none: a repeat
+    // asked meanwhile, here or through another replica, may be decided
+    // right after it and take it over before the first renewal lands. The
+    // request does not run; the reservation is given back.
+    state_ = State::kRunning;
+    Release();
+    return StoreError(Status::Unavailable("the store took longer than half of in_flight_timeout "
+                                          "to reserve the key; the request did not run"),
+                      "reserving the key");
+  }
   if (reservation.reserved) {
     state_ = State::kRunning;
     held().Hold(key_, owner_, head_digest_);

@@ -299,10 +299,37 @@ def test_a_write_the_backend_never_got_runs_on_retry(make_gate, backend, tmp_pat
 
 
 
-def set_faults(gate, fail_writes=False, fail_reads=False):
-    body = {"fail_writes": fail_writes, "fail_reads": fail_reads, "delay_ms": 0}
+def set_faults(gate, fail_writes=False, fail_reads=False, delay_ms=0):
+    body = {"fail_writes": fail_writes, "fail_reads": fail_reads, "delay_ms": delay_ms}
     r = gate.admin_post("/v1/test/store-faults", body, method="PUT")
     assert r.status == 200, r
+
+
+def test_a_reservation_the_store_decided_too_late_runs_nothing(make_gate, backend):
+    """The store answers the reservation when less than half of
+    in_flight_timeout is left (a store that was slow or unreachable): a
+    repeat asked meanwhile may be decided right after it and take it over
+    before its first renewal, so the request does not run (503), and the key
+    is given back. Once the store is quick again it runs once."""
+    route = dict(pay_route(), idempotency={"window": "1h", "in_flight_timeout": "2s"})
+    gate = make_gate(routes=[route],
+                     upstream={"url": f"http://127.0.0.1:{backend.port}", "timeout": "1s"},
+                     extra_args=["--enable-test-faults"])
+    set_faults(gate, delay_ms=1200)
+    r = post(gate, "/pay/19", "k19")
+    assert_json_error(r, 503, "store_unavailable")
+    assert "did not run" in r.json()["message"], r.json()
+    assert runs(backend) == []
+    set_faults(gate)
+    deadline = time.monotonic() + IO_TIMEOUT
+    while True:  # the given-back reservation's release may still be delayed
+        again = post(gate, "/pay/19", "k19")
+        if again.status != 409:
+            break
+        assert time.monotonic() < deadline, "the key was never given back"
+        time.sleep(0.05)  # polling interval of a condition with a deadline
+    assert again.status == 200 and again.header("Idempotent-Replayed") is None, again
+    assert len(runs(backend)) == 1
 
 
 def test_a_key_the_store_cannot_reserve_runs_nothing(make_gate, backend):
