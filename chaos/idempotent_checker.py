@@ -50,7 +50,8 @@ A further run N after run P (in arrival order) is explained when both hold:
                        with the backend may have failed: a fault on the
                        backend's side (slow, stalled, network) overlapped
                        the time from the attempt's sending to the
-                       backend's answer, or the backend answered at least
+                       backend's answer (its last piece, for a streamed
+                       answer), or the backend answered at least
                        upstream.timeout after the attempt was sent.
   2. N reached the backend at least in_flight_timeout after fencegate gave
      up on P, less CLOCK_TOLERANCE_S. A live request's reservation never
@@ -186,8 +187,8 @@ def unstored_cause(prev, att, nxt, kills, spans, limits):
         return "kill"
     if p - s >= limits.upstream_timeout:
         return "upstream-unseen"
-    if any(start <= p and end >= s for start, end, _ in spans):
-        return "upstream-unseen"
+    if any(start <= answered and end >= s for start, end, _ in spans):
+        return "upstream-unseen"  # a fault before its answer, or during its stream
     return None
 
 

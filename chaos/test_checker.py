@@ -364,6 +364,12 @@ def test_a_rerun_explained_by_a_backend_fault_the_client_did_not_see_is_accepted
     # A fault on the clients' side explains nothing.
     net_client = dict(stall, fault="net-client")
     assert check_pay(runs, history, faults=[net_client])["counts"]["at-most-once"] == 1
+    # A network fault on the backend's side that cut a streamed answer
+    # after its head explains it too.
+    cut = {"t": 31.5, "fault": "net-backend", "mode": "reset", "latency_ms": 50, "seconds": 1.0}
+    assert check_pay(runs, history, faults=[cut])["counts"]["at-most-once"] == 1
+    runs[0] = dict(runs[0], stream_ms=1500)
+    assert check_pay(runs, history, faults=[cut])["counts"]["at-most-once"] == 0
 
 
 def test_a_planted_duplicate_is_caught():
